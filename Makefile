@@ -1,0 +1,32 @@
+# The two commands that work on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(STAMP)
+
+# torch is pinned explicitly first: a plain `torch` would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv
+	$(VPY) examples/demo.py
+
+test: venv
+	$(VPY) -m pytest -q -ra tests
+
+test-fast: venv
+	$(VPY) -m pytest -q -ra -m "not slow" tests
+
+bench: venv
+	$(VPY) benchmarks/capture_speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

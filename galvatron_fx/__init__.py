@@ -1,0 +1,19 @@
+"""galvatron_fx — automatic hybrid-parallel training for PyTorch, as a compiler over FX graphs."""
+
+from galvatron_fx.capture import capture
+from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
+from galvatron_fx.ir import LayerInfo, LayerRole, ModelGraph
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CaptureError",
+    "ConfigError",
+    "GalvatronError",
+    "LayerInfo",
+    "LayerRole",
+    "ModelGraph",
+    "PlanError",
+    "UnsupportedModelError",
+    "capture",
+]

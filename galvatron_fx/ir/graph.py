@@ -1,0 +1,191 @@
+"""``ModelGraph``: the captured training graph, its parameters and its layer segmentation.
+
+A *layer* is a contiguous run of graph nodes that the search treats as one unit: the
+embedding, each repeated block, the head, the loss, and any "other" segment between them.
+Identical blocks share one ``kind`` (a structural hash of ops, shapes and wiring, not names),
+so every later step — cost annotation, the intra-layer ILP — runs once per kind.
+
+Everything here is keyed by names (node names, parameter FQNs, layer names), never by
+``fx.Node`` objects held across copies, so plans and reports survive graph copies and JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+import torch
+import torch.fx as fx
+
+
+class LayerRole(StrEnum):
+    EMBEDDING = "embedding"
+    BLOCK = "block"
+    HEAD = "head"
+    LOSS = "loss"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ParamInfo:
+    """One parameter or buffer of the captured model.
+
+    ``layers`` lists every layer that reads it: a tied embedding/head weight appears in two,
+    once here, with the other name in ``aliases``.
+    """
+
+    name: str  # FQN in the original module (the first one, for a tied parameter)
+    node: str  # placeholder name in the graph (the first one)
+    shape: tuple[int, ...]
+    dtype: str
+    numel: int
+    nbytes: int
+    is_buffer: bool = False
+    requires_grad: bool = True
+    layers: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # other FQNs of the same tensor (tied weights)
+    alias_nodes: tuple[str, ...] = ()  # their placeholders: export lifts each FQN separately
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.node, *self.alias_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCosts:
+    """Per-layer sums of the node facts (one forward + one backward at the captured shapes).
+
+    ``activation_bytes`` are bytes saved for backward (unique storages, parameters excluded);
+    ``output_bytes`` are the bytes of the values the layer hands to later layers;
+    ``param_bytes``/``num_params`` count every parameter the layer reads (tied ones included).
+    """
+
+    fwd_flops: int = 0
+    bwd_flops: int = 0
+    fwd_bytes: int = 0
+    bwd_bytes: int = 0
+    activation_bytes: int = 0
+    output_bytes: int = 0
+    param_bytes: int = 0
+    num_params: int = 0
+
+    @property
+    def train_flops(self) -> int:
+        return self.fwd_flops + self.bwd_flops
+
+
+@dataclass(slots=True)
+class LayerInfo:
+    """One segment of the graph. ``kind`` is the structural hash shared by identical layers."""
+
+    name: str
+    index: int
+    role: LayerRole
+    kind: str
+    node_names: list[str]
+    param_names: list[str]  # FQNs of the parameters and buffers the layer reads
+    input_names: list[str]  # non-parameter values produced outside the layer, in first-use order
+    output_names: list[str]  # values of this layer read by later layers or by the graph output
+    modules: list[str] = field(default_factory=list)  # module FQNs whose ops fall in this layer
+    costs: LayerCosts | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["role"] = str(self.role)
+        return d
+
+
+@dataclass(slots=True)
+class ModelGraph:
+    """The captured model: graph module, parameters, user inputs/outputs and layers.
+
+    ``gm`` is the exported ATen training graph (parameters and buffers are placeholders);
+    ``params`` maps FQN → :class:`ParamInfo`; ``layers`` is in execution order.
+    """
+
+    gm: fx.GraphModule
+    params: dict[str, ParamInfo]
+    input_names: list[str]  # user-input placeholders, in call order
+    output_names: list[str]
+    layers: list[LayerInfo] = field(default_factory=list)
+    name: str = "model"
+    example_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    example_dtypes: list[str] = field(default_factory=list)
+    exported: object | None = None  # the torch.export.ExportedProgram, when captured by export
+
+    # ---- lookups -------------------------------------------------------------------------
+    @property
+    def graph(self) -> fx.Graph:
+        return self.gm.graph
+
+    def node(self, name: str) -> fx.Node:
+        """The node called ``name``; raises KeyError naming the graph if absent."""
+        for n in self.gm.graph.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r} in the captured graph of {self.name}")
+
+    def nodes_by_name(self) -> dict[str, fx.Node]:
+        return {n.name: n for n in self.gm.graph.nodes}
+
+    def layer(self, name: str) -> LayerInfo:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        known = ", ".join(l.name for l in self.layers[:8])
+        raise KeyError(f"no layer named {name!r}; layers are: {known}, ...")
+
+    def kinds(self) -> dict[str, list[LayerInfo]]:
+        """Layer kind hash → the layers of that kind, in order."""
+        out: dict[str, list[LayerInfo]] = {}
+        for layer in self.layers:
+            out.setdefault(layer.kind, []).append(layer)
+        return out
+
+    def blocks(self) -> list[LayerInfo]:
+        return [l for l in self.layers if l.role == LayerRole.BLOCK]
+
+    @property
+    def num_params(self) -> int:
+        """Trainable parameter count (each tied parameter once; buffers excluded)."""
+        return sum(p.numel for p in self.params.values() if not p.is_buffer)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(p.nbytes for p in self.params.values() if not p.is_buffer)
+
+    def total_costs(self) -> LayerCosts:
+        """Sums over layers; parameters counted once even when tied."""
+        tot = {k: 0 for k in LayerCosts.__dataclass_fields__}
+        for layer in self.layers:
+            if layer.costs is None:
+                raise ValueError("the graph has no costs yet: run annotate_costs_pass first")
+            for k in tot:
+                tot[k] += getattr(layer.costs, k)
+        tot["num_params"] = self.num_params
+        tot["param_bytes"] = self.param_bytes
+        return LayerCosts(**tot)
+
+    # ---- views -----------------------------------------------------------------------------
+    def summary(self, *, nodes: bool = False) -> str:
+        """A per-layer table (and, with ``nodes=True``, a per-node table) as text."""
+        from galvatron_fx.inspect import format_layer_table, format_node_table
+
+        text = format_layer_table(self)
+        if nodes:
+            text += "\n\n" + format_node_table(self)
+        return text
+
+    def to_json_dict(self, *, nodes: bool = False) -> dict:
+        from galvatron_fx.inspect import graph_to_json_dict
+
+        return graph_to_json_dict(self, nodes=nodes)
+
+    def to_dot(self) -> str:
+        from galvatron_fx.inspect import graph_to_dot
+
+        return graph_to_dot(self)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,363 @@
+"""annotate_costs_pass — measure what every node costs, forward and backward, once per layer kind.
+
+Contract: requires ``"layers"`` (``ctx.graph.layers``, ``facts(node).layer``); produces
+``"costs"``: on every node ``facts(node)`` gets ``fwd_flops``, ``bwd_flops``, ``fwd_bytes``,
+``bwd_bytes``, ``output_bytes``, ``saved_bytes`` and ``requires_grad``; every layer gets a
+:class:`~galvatron_fx.ir.graph.LayerCosts`. The graph is not changed.
+
+Terms: *FLOPs* are counted by PyTorch's own formulas (``torch.utils.flop_counter``: matmuls,
+convolutions, attention) on the kernels the op really dispatches to, plus the CPU
+flash-attention kernels that the registry lacks. *Bytes* are the bytes of every input and
+output of each dispatched kernel, views excluded. *Saved bytes* are the unique storages that
+autograd keeps for backward (``saved_tensors_hooks``), parameters excluded — the activation
+memory of the layer.
+
+Algorithm: nothing is guessed and nothing real is allocated. Under ``FakeTensorMode``, for
+the first layer of each kind:
+1. forward: run the layer's nodes in order on fake inputs (layer inputs and parameters as
+   leaves, ``requires_grad`` as in training), counting each node's kernels and attributing
+   each newly saved storage to the node whose op saved it;
+2. backward: for each node, re-run its op on fresh leaves and call ``autograd.grad`` with a
+   fake upstream gradient, counting the backward kernels;
+then copy the facts node-by-node to the other layers of that kind (equal kinds have equal
+canonical node order), and sum per layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+from galvatron_fx.ir.graph import LayerCosts, LayerInfo
+from galvatron_fx.ir.meta import copy_costs, facts, tensor_bytes
+from galvatron_fx.passes.runner import PassContext, graph_pass
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+_CPU = torch.device("cpu")
+
+
+# ---- kernel-level counting ----------------------------------------------------------------
+
+def _cpu_flash_fwd(q, k, v, *args, **kwargs) -> int:
+    return sdpa_flop_count(q.shape, k.shape, v.shape)
+
+
+def _cpu_flash_bwd(grad_out, q, k, v, *args, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
+
+
+# Kernels PyTorch's flop registry does not know (the CPU attention kernels).
+_EXTRA_FLOPS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_fwd,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_bwd,
+}
+
+
+def _is_free(func) -> bool:
+    """Ops that move no data: views, aliases, metadata."""
+    return func.is_view
+
+
+class CostCounter(TorchDispatchMode):
+    """Counts FLOPs and bytes of every kernel dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if packet in _EXTRA_FLOPS:
+            self.flops += int(_EXTRA_FLOPS[packet](*args, **kwargs))
+        elif packet in flop_registry:
+            self.flops += int(flop_registry[packet](*args, **kwargs, out_val=out))
+        if not _is_free(func):
+            leaves = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+            self.bytes += sum(tensor_bytes(x) for x in leaves) + tensor_bytes(
+                [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)])
+        return out
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def _concrete(s) -> int:
+    if isinstance(s, torch.SymInt):
+        hint = s.node.hint
+        if hint is None:
+            raise ValueError(f"symbolic size {s} has no example value to annotate at")
+        return int(hint)
+    return int(s)
+
+
+def _fake_like(val, requires_grad: bool) -> torch.Tensor:
+    """A contiguous fake cpu tensor shaped like ``val`` (a FakeTensor from the tracer)."""
+    t = torch.empty([_concrete(s) for s in val.shape], dtype=val.dtype, device="cpu")
+    if requires_grad and (t.is_floating_point() or t.is_complex()):
+        t.requires_grad_(True)
+    return t
+
+
+def _materialize(val, requires_grad: bool):
+    if isinstance(val, torch.Tensor):
+        return _fake_like(val, requires_grad)
+    if isinstance(val, (list, tuple)):
+        return type(val)(_materialize(v, requires_grad) for v in val)
+    if isinstance(val, torch.SymInt):
+        return _concrete(val)
+    return val
+
+
+def _storage_key(t: torch.Tensor):
+    return StorageWeakRef(t.untyped_storage()).cdata
+
+
+def _requires_grad(gm: fx.GraphModule, trainable_nodes: set[str]) -> dict[fx.Node, bool]:
+    """Which values carry gradient in training: those computed from trainable parameters."""
+    rg: dict[fx.Node, bool] = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            rg[n] = n.name in trainable_nodes
+        elif n.op == "output":
+            continue
+        else:
+            val = n.meta.get("val")
+            floating = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+                           for v in tree_flatten(val)[0])
+            rg[n] = floating and any(rg.get(a, False) for a in n.all_input_nodes)
+    return rg
+
+
+def _resolve(a, env: dict[fx.Node, object], gm: fx.GraphModule):
+    def get(x):
+        if isinstance(x, fx.Node):
+            if x.op == "get_attr":
+                return _getattr(gm, x.target)
+            return env[x]
+        if isinstance(x, torch.device) and x.type == "meta":
+            return _CPU  # costs are measured on fake cpu tensors whatever the model's device
+        return x
+
+    return tree_map(get, a) if not isinstance(a, fx.Node) else get(a)
+
+
+def _getattr(gm: fx.GraphModule, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _call(n: fx.Node, args, kwargs):
+    if n.op == "call_function":
+        return n.target(*args, **kwargs)
+    if n.op == "call_method":
+        self_, *rest = args
+        return getattr(self_, n.target)(*rest, **kwargs)
+    raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
+
+
+@dataclass
+class _NodeCost:
+    fwd_flops: int = 0
+    bwd_flops: int = 0
+    fwd_bytes: int = 0
+    bwd_bytes: int = 0
+    output_bytes: int = 0
+    saved_bytes: int = 0
+
+
+def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
+                   rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str],
+                   failures: list[str]) -> tuple[dict[str, _NodeCost], set[str]]:
+    """Run one layer forward (and each node's backward) on fake tensors.
+
+    Returns per-node costs and the names of the ``shared`` inputs (values read by several
+    layers) that the layer saves for backward: those are charged once, to their producer.
+    """
+    nodes = [by_name[x] for x in layer.node_names]
+    inside = set(nodes)
+    costs: dict[str, _NodeCost] = {n.name: _NodeCost() for n in nodes}
+    saved_shared: set[str] = set()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        env: dict[fx.Node, object] = {}
+        not_mine: dict = {}  # storage -> shared input name, or None for parameters
+        for n in nodes:
+            for a in n.all_input_nodes:
+                if a in inside or a in env or a.op == "get_attr":
+                    continue
+                env[a] = _materialize(a.meta.get("val"), rg.get(a, False))
+                if isinstance(env[a], torch.Tensor) and (a.name in param_nodes or a.name in shared):
+                    not_mine[_storage_key(env[a])] = a.name if a.name in shared else None
+
+        seen: set = set()
+        current: list[str] = [""]
+
+        def pack(t: torch.Tensor):
+            key = _storage_key(t)
+            if key in not_mine:
+                if not_mine[key] is not None:
+                    saved_shared.add(not_mine[key])
+            elif key not in seen:
+                seen.add(key)
+                costs[current[0]].saved_bytes += t.untyped_storage().nbytes()
+            return t
+
+        # 1. forward of the whole layer, in order, with saved-tensor accounting
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            for n in nodes:
+                if n.op == "get_attr":
+                    env[n] = _getattr(gm, n.target)
+                    continue
+                current[0] = n.name
+                args, kwargs = _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm)
+                with CostCounter() as cc:
+                    out = _call(n, args, kwargs)
+                env[n] = out
+                c = costs[n.name]
+                c.fwd_flops, c.fwd_bytes = cc.flops, cc.bytes
+                c.output_bytes = tensor_bytes(out) if not _is_view_node(n) else 0
+
+        # 2. backward of each node in isolation
+        for n in nodes:
+            if n.op == "get_attr" or not rg.get(n, False):
+                continue
+            try:
+                flops, nbytes = _node_backward(n, env, gm, rg)
+            except Exception as e:  # an op without a fake backward: recorded, not guessed
+                failures.append(f"{n.format_node()}: {type(e).__name__}: {e}")
+                continue
+            costs[n.name].bwd_flops, costs[n.name].bwd_bytes = flops, nbytes
+    return costs, saved_shared
+
+
+def _shared_values(mg, by_name: dict[str, fx.Node]) -> set[str]:
+    """Non-parameter values read by two or more layers other than their producer's
+    (rotary tables, attention masks, an encoder output read by every decoder block)."""
+    readers: dict[str, set[str]] = defaultdict(set)
+    for layer in mg.layers:
+        for x in layer.input_names:
+            readers[x].add(layer.name)
+    return {x for x, ls in readers.items() if len(ls - {facts(by_name[x]).layer}) >= 2}
+
+
+def _is_view_node(n: fx.Node) -> bool:
+    if n.target is operator.getitem:
+        return True
+    return isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
+
+
+def _node_backward(n: fx.Node, env, gm, rg) -> tuple[int, int]:
+    leaves: list[torch.Tensor] = []
+
+    def fresh(a):
+        if isinstance(a, fx.Node):
+            v = env[a] if a.op != "get_attr" else _getattr(gm, a.target)
+            if isinstance(v, torch.Tensor):
+                t = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+                if rg.get(a, False) and t.is_floating_point():
+                    t.requires_grad_(True)
+                    leaves.append(t)
+                return t
+            if isinstance(v, (list, tuple)):
+                out = []
+                for x in v:
+                    if isinstance(x, torch.Tensor):
+                        t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                        if rg.get(a, False) and t.is_floating_point():
+                            t.requires_grad_(True)
+                            leaves.append(t)
+                        out.append(t)
+                    else:
+                        out.append(x)
+                return type(v)(out)
+            return v
+        return a
+
+    args = tree_map(fresh, n.args, is_leaf=lambda x: isinstance(x, fx.Node))
+    kwargs = tree_map(fresh, n.kwargs, is_leaf=lambda x: isinstance(x, fx.Node))
+    if not leaves:
+        return 0, 0
+    out = _call(n, args, kwargs)
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        return 0, 0
+    grads = [torch.empty_like(o) for o in outs]
+    with CostCounter() as cc:
+        torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    return cc.flops, cc.bytes
+
+
+def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[str, tuple[int, int]]) -> LayerCosts:
+    tot = defaultdict(int)
+    for name in layer.node_names:
+        f = facts(by_name[name])
+        for k in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes"):
+            tot[k] += getattr(f, k)
+        tot["activation_bytes"] += f.saved_bytes
+    tot["output_bytes"] = sum(tensor_bytes(by_name[o].meta.get("val")) for o in layer.output_names)
+    tot["output_bytes"] = int(_concrete_bytes(tot["output_bytes"]))
+    for fqn in layer.param_names:
+        numel, nbytes = param_numel[fqn]
+        tot["num_params"] += numel
+        tot["param_bytes"] += nbytes
+    return LayerCosts(**tot)
+
+
+def _concrete_bytes(x) -> int:
+    return _concrete(x) if isinstance(x, torch.SymInt) else int(x)
+
+
+@graph_pass(requires=("layers",), produces=("costs",))
+def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
+    """Annotate every node and layer of ``ctx.graph`` with measured costs (see module doc)."""
+    mg = ctx.graph
+    by_name = {n.name: n for n in gm.graph.nodes}
+    trainable = {n for p in mg.params.values() if p.requires_grad for n in p.nodes}
+    param_nodes = {n for p in mg.params.values() for n in p.nodes}
+    rg = _requires_grad(gm, trainable)
+    for n, r in rg.items():
+        facts(n).requires_grad = r
+    failures: list[str] = []
+    shared = _shared_values(mg, by_name)
+    shared_saved: set[str] = set()
+    for kind, layers in mg.kinds().items():
+        first = layers[0]
+        costs, saved = _measure_layer(first, gm, by_name, rg, param_nodes, shared, failures)
+        # the same inputs, by position, of every layer of this kind
+        pos = [first.input_names.index(x) for x in saved]
+        for layer in layers:
+            shared_saved.update(layer.input_names[i] for i in pos)
+        for name, c in costs.items():
+            f = facts(by_name[name])
+            f.fwd_flops, f.bwd_flops = c.fwd_flops, c.bwd_flops
+            f.fwd_bytes, f.bwd_bytes = c.fwd_bytes, c.bwd_bytes
+            f.output_bytes, f.saved_bytes = int(c.output_bytes), c.saved_bytes
+        for other in layers[1:]:
+            for a, b in zip(first.node_names, other.node_names):
+                copy_costs(by_name[a], by_name[b])
+    if failures:
+        log.warning("no backward cost for %d node(s) (their ops have no fake backward); first: %s",
+                    len(failures), failures[0])
+    # a shared value that some reader saves is held once, by the layer that produced it
+    for x in sorted(shared_saved):
+        producer = by_name[x]
+        if facts(producer).layer is not None:
+            facts(producer).saved_bytes += int(_concrete_bytes(tensor_bytes(producer.meta.get("val"))))
+    param_numel = {p.name: (p.numel, p.nbytes) for p in mg.params.values()}
+    for layer in mg.layers:
+        layer.costs = _sum_layer(layer, by_name, param_numel)
+    return gm

@@ -1,0 +1,115 @@
+"""annotate_costs_pass: FLOPs against the analytic count, activation bytes against a real run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import galvatron_fx as gfx
+from galvatron_fx import zoo
+from galvatron_fx.ir.meta import facts
+
+
+def analytic_train_flops(model: nn.Module, cfg, batch: int, seq: int, n_layers: int) -> int:
+    """6 × (parameters that multiply activations) × tokens + the attention term.
+
+    Matmul parameters are the weights of every ``nn.Linear`` plus a tied LM head (embedding
+    lookups and norms do no matmuls). Attention per layer: QKᵀ and AV are 2·B·T²·d FLOPs
+    each forward; the fused (flash) attention backward recomputes QKᵀ, so it costs 2.5× the
+    forward rather than 2×: ×3.5 in all.
+    """
+    weights = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)}
+    matmul_params = sum(weights.values())
+    if getattr(cfg, "tie_embeddings", False) and not any(
+            w.shape == (cfg.vocab_size, cfg.d_model) and id(w) in weights for w in model.parameters()):
+        matmul_params += cfg.vocab_size * cfg.d_model  # the head multiplies by the embedding table
+    tokens = batch * seq
+    attention = 7 * 2 * batch * seq * seq * cfg.d_model * n_layers  # 3.5 × 4·B·T²·d
+    return 6 * matmul_params * tokens + attention
+
+
+@pytest.mark.parametrize("name,overrides,batch,seq", [
+    ("gpt-tiny", None, 2, 64),
+    ("llama-tiny", None, 2, 64),
+    ("gpt2-small", None, 1, 1024),
+    ("llama2-7b", {"n_layers": 2}, 1, 2048),  # full width, two blocks: fast on meta
+    ("llama3-8b", {"n_layers": 2}, 1, 2048),  # grouped-query attention, 128k vocab
+])
+def test_training_flops_match_analytic_count(name, overrides, batch, seq):
+    device = "cpu" if name.endswith("tiny") else "meta"
+    model, inputs = zoo.build(name, batch_size=batch, seq_len=seq, device=device, overrides=overrides)
+    cfg = zoo.config(name, overrides=overrides)
+    mg = gfx.capture(model, inputs)
+    tot = mg.total_costs()
+    measured = tot.fwd_flops + tot.bwd_flops
+    expected = analytic_train_flops(model, cfg, batch, seq, cfg.n_layers)
+    print(f"{name}: measured {measured:.4e} analytic {expected:.4e} ratio {measured / expected:.4f}")
+    assert measured == pytest.approx(expected, rel=0.02)
+    # backward of a matmul is two matmuls: bwd ≈ 2 × fwd (attention backward is 2.5×)
+    assert 1.9 < tot.bwd_flops / tot.fwd_flops < 2.2
+
+
+def _real_saved_bytes(model: nn.Module, inputs, layer_modules: dict[str, nn.Module]) -> dict[str, int]:
+    """Bytes autograd really saves for backward while each module runs (a real CPU forward).
+
+    Unique storages, parameters excluded; a storage is charged to the block that saved it first.
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    current: list[str | None] = [None]
+    seen: set[int] = set()
+    per: dict[str, int] = {}
+    hooks = []
+    for name, mod in layer_modules.items():
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: current.__setitem__(0, n)))
+        hooks.append(mod.register_forward_hook(lambda m, a, o: current.__setitem__(0, None)))
+
+    def pack(t):
+        key = t.untyped_storage().data_ptr()
+        if current[0] is not None and key not in seen and key not in params:
+            seen.add(key)
+            per[current[0]] = per.get(current[0], 0) + t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(*inputs)
+    for h in hooks:
+        h.remove()
+    return per
+
+
+@pytest.mark.parametrize("name", ["gpt-tiny", "llama-tiny", "bert-tiny", "t5-tiny", "vit-tiny"])
+def test_block_activation_bytes_match_a_real_run(name):
+    model, inputs = zoo.build(name, batch_size=2, seq_len=64)
+    mg = gfx.capture(model, inputs)
+    modules = dict(model.named_modules())
+    real = _real_saved_bytes(model, inputs, {b.name: modules[b.name] for b in mg.blocks()})
+    for block in mg.blocks():
+        predicted = block.costs.activation_bytes
+        print(f"{name} {block.name}: predicted {predicted} real {real[block.name]}")
+        assert predicted == pytest.approx(real[block.name], rel=0.05)
+
+
+def test_node_facts_are_per_node_and_sum_to_layers():
+    model, inputs = zoo.build("gpt-tiny", batch_size=2, seq_len=32)
+    mg = gfx.capture(model, inputs)
+    nodes = mg.nodes_by_name()
+    block = mg.blocks()[1]
+    assert sum(facts(nodes[n]).fwd_flops for n in block.node_names) == block.costs.fwd_flops
+    linears = [n for n in block.node_names if "linear" in str(nodes[n].target)]
+    assert linears and all(facts(nodes[n]).fwd_flops > 0 for n in linears)
+    # the loss layer needs no parameter gradient but its input carries one
+    assert all(facts(nodes[n]).requires_grad for n in block.node_names
+               if isinstance(nodes[n].meta.get("val"), torch.Tensor) and nodes[n].meta["val"].is_floating_point())
+    # identical blocks get identical node facts
+    b2 = mg.blocks()[2]
+    assert [facts(nodes[n]).to_dict() | {"layer": None} for n in block.node_names] == \
+           [facts(nodes[n]).to_dict() | {"layer": None} for n in b2.node_names]
+
+
+def test_costs_scale_with_batch_and_sequence():
+    small = gfx.capture(*zoo.build("gpt-tiny", batch_size=1, seq_len=32)).blocks()[0].costs
+    big = gfx.capture(*zoo.build("gpt-tiny", batch_size=2, seq_len=32)).blocks()[0].costs
+    assert big.fwd_flops == 2 * small.fwd_flops
+    assert big.activation_bytes == 2 * small.activation_bytes
+    assert big.num_params == small.num_params
