@@ -1,6 +1,7 @@
 """galvatron_fx — automatic hybrid-parallel training for PyTorch, as a compiler over FX graphs."""
 
 from galvatron_fx.capture import capture
+from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
 from galvatron_fx.ir import LayerInfo, LayerRole, ModelGraph
 
@@ -8,6 +9,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CaptureError",
+    "Cluster",
     "ConfigError",
     "GalvatronError",
     "LayerInfo",

@@ -68,10 +68,31 @@ class LayerCosts:
     output_bytes: int = 0
     param_bytes: int = 0
     num_params: int = 0
+    # under recomputation (``galvatron_fx.recompute``): memory kept from forward to backward,
+    # and the extra FLOPs/bytes the backward spends recomputing
+    activation_bytes_selective: int = 0
+    activation_bytes_full: int = 0
+    recompute_flops_selective: int = 0
+    recompute_flops_full: int = 0
+    recompute_bytes_selective: int = 0
+    recompute_bytes_full: int = 0
 
     @property
     def train_flops(self) -> int:
         return self.fwd_flops + self.bwd_flops
+
+    def activation_bytes_for(self, recompute: str) -> int:
+        """Activation bytes kept for backward under ``recompute`` (none / selective / full)."""
+        return {"none": self.activation_bytes, "selective": self.activation_bytes_selective,
+                "full": self.activation_bytes_full}[str(recompute)]
+
+    def recompute_flops_for(self, recompute: str) -> int:
+        return {"none": 0, "selective": self.recompute_flops_selective,
+                "full": self.recompute_flops_full}[str(recompute)]
+
+    def recompute_bytes_for(self, recompute: str) -> int:
+        return {"none": 0, "selective": self.recompute_bytes_selective,
+                "full": self.recompute_bytes_full}[str(recompute)]
 
 
 @dataclass(slots=True)

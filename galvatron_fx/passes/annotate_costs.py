@@ -25,6 +25,7 @@ canonical node order), and sum per layer.
 
 from __future__ import annotations
 
+import gc
 import logging
 import operator
 from collections import defaultdict
@@ -41,6 +42,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
 from galvatron_fx.ir.meta import copy_costs, facts, tensor_bytes
 from galvatron_fx.passes.runner import PassContext, graph_pass
+from galvatron_fx.recompute import Recompute, checkpoint_fn
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -241,7 +243,90 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                 failures.append(f"{n.format_node()}: {type(e).__name__}: {e}")
                 continue
             costs[n.name].bwd_flops, costs[n.name].bwd_bytes = flops, nbytes
-    return costs, saved_shared
+
+        # 3. the whole layer under each recomputation policy: memory kept, FLOPs redone
+        ext = [a for a in env if a not in inside and not (isinstance(a, fx.Node) and a.op == "get_attr")]
+        variants: dict[str, _Variant] = {}
+        if any(rg.get(n, False) for n in nodes):
+            run = _layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm)
+            owned_inputs = sum(tensor_bytes(env[a]) for a in ext
+                               if a.name not in param_nodes and a.name not in shared)
+            try:
+                for mode in Recompute:
+                    variants[str(mode)] = _measure_variant(run, [env[a] for a in ext], mode, owned_inputs)
+            except Exception as e:
+                failures.append(f"layer {layer.name} under recomputation: {type(e).__name__}: {e}")
+                variants = {}
+    return costs, saved_shared, variants
+
+
+@dataclass
+class _Variant:
+    """One layer under one recomputation policy (see ``galvatron_fx.recompute``)."""
+
+    retained_bytes: int  # memory the layer keeps from its forward until its backward
+    bwd_flops: int  # the whole layer's backward, recomputation included
+    bwd_bytes: int
+
+
+def _layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule):
+    """The layer as a function of its external inputs (parameters included), returning its outputs."""
+
+    def run(*xs):
+        env: dict[fx.Node, object] = dict(zip(ext, xs))
+        for n in nodes:
+            if n.op == "get_attr":
+                env[n] = _getattr(gm, n.target)
+            else:
+                env[n] = _call(n, _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm))
+        return tuple(env[o] for o in outputs)
+
+    return run
+
+
+class _StorageTracker(TorchDispatchMode):
+    """Records every storage that kernels create, to see which survive the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.created: dict[int, tuple[StorageWeakRef, int]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:  # a view of an existing storage (e.g. a transposed weight) creates none
+            return out
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                ref = StorageWeakRef(st)
+                self.created.setdefault(ref.cdata, (ref, st.nbytes()))
+        return out
+
+
+def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int) -> _Variant:
+    """Run the layer forward under ``mode`` and measure what stays alive, then its backward."""
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    wrap = checkpoint_fn(mode)
+    fn = wrap(run) if wrap is not None else run
+    with _StorageTracker() as tracker:
+        outs = fn(*inputs)
+    out_keys = {_storage_key(o) for o in tree_flatten(outs)[0] if isinstance(o, torch.Tensor)}
+    gc.collect()
+    alive = [(key, nbytes) for key, (ref, nbytes) in tracker.created.items()
+             if key not in out_keys and not ref.expired()]
+    log.debug("%s: %d storages alive after forward: %s", mode, len(alive), [b for _, b in alive])
+    retained = sum(b for _, b in alive)
+    if mode == Recompute.NONE:
+        kept_inputs = 0  # inputs the ops save are already among the retained storages' readers
+    else:
+        kept_inputs = owned_input_bytes  # the checkpoint holds every input until backward
+    grads_of = [o for o in tree_flatten(outs)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    bwd_flops = bwd_bytes = 0
+    if grads_of and leaves:
+        with CostCounter() as cc:
+            torch.autograd.grad(grads_of, leaves, [torch.empty_like(o) for o in grads_of], allow_unused=True)
+        bwd_flops, bwd_bytes = cc.flops, cc.bytes
+    return _Variant(retained_bytes=int(retained + kept_inputs), bwd_flops=bwd_flops, bwd_bytes=bwd_bytes)
 
 
 def _shared_values(mg, by_name: dict[str, fx.Node]) -> set[str]:
@@ -301,8 +386,16 @@ def _node_backward(n: fx.Node, env, gm, rg) -> tuple[int, int]:
     return cc.flops, cc.bytes
 
 
-def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[str, tuple[int, int]]) -> LayerCosts:
+def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[str, tuple[int, int]],
+               variants: dict[str, _Variant]) -> LayerCosts:
     tot = defaultdict(int)
+    if variants:
+        base = variants["none"]
+        for mode in ("selective", "full"):
+            v = variants[mode]
+            tot[f"activation_bytes_{mode}"] = v.retained_bytes
+            tot[f"recompute_flops_{mode}"] = max(0, v.bwd_flops - base.bwd_flops)
+            tot[f"recompute_bytes_{mode}"] = max(0, v.bwd_bytes - base.bwd_bytes)
     for name in layer.node_names:
         f = facts(by_name[name])
         for k in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes"):
@@ -334,9 +427,11 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
     failures: list[str] = []
     shared = _shared_values(mg, by_name)
     shared_saved: set[str] = set()
+    variants: dict[str, dict[str, _Variant]] = {}
     for kind, layers in mg.kinds().items():
         first = layers[0]
-        costs, saved = _measure_layer(first, gm, by_name, rg, param_nodes, shared, failures)
+        costs, saved, kind_variants = _measure_layer(first, gm, by_name, rg, param_nodes, shared, failures)
+        variants.update({layer.name: kind_variants for layer in layers})
         # the same inputs, by position, of every layer of this kind
         pos = [first.input_names.index(x) for x in saved]
         for layer in layers:
@@ -359,5 +454,5 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
             facts(producer).saved_bytes += int(_concrete_bytes(tensor_bytes(producer.meta.get("val"))))
     param_numel = {p.name: (p.numel, p.nbytes) for p in mg.params.values()}
     for layer in mg.layers:
-        layer.costs = _sum_layer(layer, by_name, param_numel)
+        layer.costs = _sum_layer(layer, by_name, param_numel, variants.get(layer.name, {}))
     return gm

@@ -1,0 +1,713 @@
+"""What the planner knows about the machines: devices, link tiers and fitted collective costs.
+
+Terms
+-----
+- *tier*: a class of links. ``intra_node`` joins devices of one node (NVLink, PCIe, shared memory),
+  ``inter_node`` joins nodes (InfiniBand, Ethernet). A group of ranks pays the slowest tier it spans.
+- *bus bandwidth* (``LinkTier.bandwidth_bytes_s``): per-device achievable bandwidth in the
+  nccl-tests sense, so a ring all-reduce of ``S`` bytes over ``n`` devices takes
+  ``latency_s + 2 (n-1)/n * S / bandwidth_bytes_s``.
+- *fit*: ``CollectiveFit(alpha_s, beta_s_per_byte)``, ``time_s = alpha_s + beta_s_per_byte * nbytes``
+  for one (collective, group size) on one tier, measured by ``galvatron_fx.profiler.profile_hardware``.
+  ``nbytes`` follows the convention of ``galvatron_fx.cost_models.communication`` (the full,
+  unsharded tensor size).
+- *overlap slowdown*: factor (>= 1) by which compute and communication each slow down when they run
+  at the same time (shared memory bandwidth, SMs spent on communication kernels).
+
+The JSON form is strict: unknown keys, missing fields and negative or zero sizes raise
+``ConfigError`` naming the field (``cluster.device_specs['A100-80GB'].memory_bytes``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from galvatron_fx.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+GiB = 2**30
+
+
+class Collective(StrEnum):
+    """The collectives the cost model knows."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    P2P = "p2p"
+    BROADCAST = "broadcast"
+
+
+class TierName(StrEnum):
+    """Link tiers, fastest first."""
+
+    INTRA_NODE = "intra_node"
+    INTER_NODE = "inter_node"
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """``time_s = alpha_s + beta_s_per_byte * nbytes`` for one collective and group size.
+
+    ``points`` optionally keeps the measured ``(nbytes, time_s)`` the fit came from, sorted by
+    size. Inside their range, time is interpolated log-log between them: real links change regime
+    (caches, protocols, chunking) between 4 KiB and 64 MiB in ways one straight line cannot follow.
+    Outside it, the alpha-beta line is used (above the largest point, its slope continues from it).
+    """
+
+    alpha_s: float
+    beta_s_per_byte: float
+    points: tuple[tuple[int, float], ...] = ()
+
+    def time_s(self, nbytes: int) -> float:
+        """Predicted time of one collective moving ``nbytes`` (see the module's convention)."""
+        pts = self.points
+        if len(pts) >= 2 and pts[0][0] <= nbytes <= pts[-1][0]:
+            i = bisect.bisect_left([s for s, _ in pts], nbytes)
+            if pts[i][0] == nbytes:
+                return pts[i][1]
+            (s0, t0), (s1, t1) = pts[i - 1], pts[i]
+            w = math.log(nbytes / s0) / math.log(s1 / s0)
+            return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
+        if len(pts) >= 2 and nbytes > pts[-1][0]:
+            return pts[-1][1] + self.beta_s_per_byte * (nbytes - pts[-1][0])
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpec:
+    """One kind of accelerator (or CPU socket share)."""
+
+    kind: str
+    memory_bytes: int
+    # dtype name ("float32", "tfloat32", "bfloat16", "float16") -> dense peak FLOP/s
+    peak_flops: dict[str, float] = field(hash=False)
+    memory_bandwidth_bytes_s: float
+
+    def flops(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype`` (a torch dtype name such as ``"bfloat16"``)."""
+        name = str(dtype).removeprefix("torch.")
+        if name in self.peak_flops:
+            return self.peak_flops[name]
+        if "float32" in self.peak_flops:
+            return self.peak_flops["float32"]
+        raise ConfigError(
+            f"device {self.kind!r} has no peak FLOP/s for {name!r} (known: {sorted(self.peak_flops)}); "
+            "add it to the cluster's device_specs"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkTier:
+    """A class of links with a default latency/bandwidth and fitted collective costs."""
+
+    name: TierName
+    latency_s: float
+    bandwidth_bytes_s: float  # per-device bus bandwidth (nccl-tests "busbw")
+    # collective -> group size -> fit
+    fits: dict[Collective, dict[int, CollectiveFit]] = field(default_factory=dict, hash=False)
+
+    def fit(self, collective: Collective | str, group_size: int) -> CollectiveFit | None:
+        """The fitted cost of ``collective`` on ``group_size`` ranks, or None if not profiled."""
+        return self.fits.get(Collective(collective), {}).get(group_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Nodes × devices per node, device kinds, link tiers and overlap slowdown.
+
+    Ranks are numbered node-major: rank ``r`` lives on node ``r // devices_per_node``.
+    ``node_kinds[i]`` names the ``DeviceSpec`` of node ``i`` (nodes may differ).
+    """
+
+    name: str
+    num_nodes: int
+    devices_per_node: int
+    device_specs: dict[str, DeviceSpec] = field(hash=False)
+    node_kinds: tuple[str, ...]
+    intra_node: LinkTier
+    inter_node: LinkTier
+    overlap_slowdown: float = 1.0
+    backend: str = "nccl"
+    # DTensor redistributes Shard(i)->Shard(j) with all-gather + chunk on CPU meshes.
+    all_to_all_via_all_gather: bool = False
+    fingerprint: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        _validate_cluster(self)
+
+    # ---------------------------------------------------------------- topology helpers
+    @property
+    def world_size(self) -> int:
+        """Total number of devices (ranks)."""
+        return self.num_nodes * self.devices_per_node
+
+    def node_of(self, rank: int) -> int:
+        """Index of the node holding ``rank``."""
+        if not 0 <= rank < self.world_size:
+            raise ConfigError(f"rank {rank} is outside the cluster (world size {self.world_size})")
+        return rank // self.devices_per_node
+
+    def device(self, rank: int) -> DeviceSpec:
+        """The device spec of ``rank``."""
+        return self.device_specs[self.node_kinds[self.node_of(rank)]]
+
+    def memory_bytes(self, rank: int) -> int:
+        """Device memory of ``rank`` in bytes."""
+        return self.device(rank).memory_bytes
+
+    def min_memory_bytes(self) -> int:
+        """Smallest device memory in the cluster (what a uniform plan must fit in)."""
+        return min(self.device_specs[k].memory_bytes for k in set(self.node_kinds))
+
+    def tier_of(self, ranks: Iterable[int]) -> LinkTier:
+        """The slowest tier a group of ranks spans."""
+        nodes = {self.node_of(r) for r in ranks}
+        return self.intra_node if len(nodes) <= 1 else self.inter_node
+
+    def tier(self, name: TierName | str) -> LinkTier:
+        """A tier by name."""
+        return self.intra_node if TierName(name) is TierName.INTRA_NODE else self.inter_node
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        """True when nodes hold different device kinds."""
+        return len(set(self.node_kinds)) > 1
+
+    # ---------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (the inverse of ``from_dict``)."""
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "devices_per_node": self.devices_per_node,
+            "device_specs": {k: dataclasses.asdict(v) for k, v in self.device_specs.items()},
+            "node_kinds": list(self.node_kinds),
+            "intra_node": _tier_to_dict(self.intra_node),
+            "inter_node": _tier_to_dict(self.inter_node),
+            "overlap_slowdown": self.overlap_slowdown,
+            "backend": self.backend,
+            "all_to_all_via_all_gather": self.all_to_all_via_all_gather,
+            "fingerprint": self.fingerprint,
+        }
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """The JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        """Build from the JSON form, checking every field."""
+        return _cluster_from_dict(data)
+
+    @classmethod
+    def from_json(cls, path_or_str: str | os.PathLike) -> Cluster:
+        """Load from a JSON file path or a JSON string.
+
+        A hardware-profile file (``galvatron-fx profile --out``) is accepted too: its ``cluster``
+        section is used, after checking its fingerprint against this machine only when loaded
+        through ``galvatron_fx.profiler.hardware.load_profile``.
+        """
+        text = str(path_or_str)
+        if not text.lstrip().startswith("{"):
+            p = Path(path_or_str)
+            if not p.exists():
+                raise ConfigError(f"cluster file {str(p)!r} does not exist; pass a path or a JSON string")
+            text = p.read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"cluster JSON is malformed: {e}; check the file or regenerate it") from e
+        if isinstance(data, dict) and "measurements" in data and "cluster" in data:
+            data = data["cluster"]
+        return _cluster_from_dict(data)
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def preset(cls, name: str, nodes: int = 1) -> Cluster:
+        """A cluster of ``nodes`` identical nodes from datasheet figures.
+
+        Names: ``dgx-a100-80g``, ``dgx-h100``, ``h200``, ``rtx4090-pcie``.
+        """
+        key = name.lower()
+        if key not in _PRESETS:
+            raise ConfigError(f"unknown cluster preset {name!r}; choose one of {sorted(_PRESETS)}")
+        if nodes < 1:
+            raise ConfigError(f"nodes must be >= 1, got {nodes}")
+        return _PRESETS[key](nodes)
+
+    @classmethod
+    def local_cpu(cls, world_size: int, *, cache_dir: str | os.PathLike | None = None) -> Cluster:
+        """This machine as a gloo "cluster" of ``world_size`` CPU processes on one node.
+
+        If a cached hardware profile (``galvatron-fx profile``) with this machine's fingerprint for
+        ``world_size`` exists in ``cache_dir`` (default ``$GFX_CACHE_DIR`` or
+        ``~/.cache/galvatron_fx``), its measured fits, compute rates and overlap slowdown are used.
+        Otherwise conservative defaults are used (shared-memory gloo: 50 µs latency, 1 GB/s bus
+        bandwidth, 20 GFLOP/s per process, slowdown 1.5) and an INFO log line says so.
+        """
+        if world_size < 1:
+            raise ConfigError(f"world_size must be >= 1, got {world_size}")
+        fp = local_fingerprint(world_size)
+        path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+                cluster = _cluster_from_dict(data["cluster"])
+                if cluster.fingerprint == fp and cluster.world_size == world_size:
+                    logger.info("local_cpu: using cached hardware profile %s", path)
+                    return cluster
+                logger.warning("local_cpu: %s does not match this machine; using defaults", path)
+            except (ConfigError, KeyError, json.JSONDecodeError) as e:
+                logger.warning("local_cpu: ignoring unreadable profile %s (%s); using defaults", path, e)
+        else:
+            logger.info(
+                "local_cpu: no cached profile for fingerprint %s; using conservative defaults "
+                "(run `torchrun --nproc-per-node %d -m galvatron_fx.cli profile` to measure)",
+                fp,
+                world_size,
+            )
+        return default_local_cpu(world_size, fingerprint=fp)
+
+    def with_fits(
+        self,
+        tier: TierName | str,
+        fits: Mapping[Collective, Mapping[int, CollectiveFit]],
+        **changes: Any,
+    ) -> Cluster:
+        """A copy with ``fits`` merged into ``tier`` (and other fields replaced by ``changes``)."""
+        old = self.tier(tier)
+        merged = {c: dict(v) for c, v in old.fits.items()}
+        for c, per_size in fits.items():
+            merged.setdefault(Collective(c), {}).update(per_size)
+        new_tier = dataclasses.replace(old, fits=merged)
+        key = "intra_node" if new_tier.name is TierName.INTRA_NODE else "inter_node"
+        return dataclasses.replace(self, **{key: new_tier}, **changes)
+
+
+# -------------------------------------------------------------------- fingerprint & cache
+def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$GFX_CACHE_DIR``, else ``~/.cache/galvatron_fx``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    env = os.environ.get("GFX_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "galvatron_fx"
+
+
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo where available)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint_fields(
+    *,
+    num_hosts: int,
+    device_model: str,
+    devices_per_host: int,
+    backend: str,
+    world_size: int,
+    torch_version: str | None = None,
+) -> dict[str, Any]:
+    """The facts a hardware profile depends on (hashed by ``make_fingerprint``)."""
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    return {
+        "num_hosts": num_hosts,
+        "device_model": device_model,
+        "devices_per_host": devices_per_host,
+        "backend": backend,
+        "torch_version": torch_version,
+        "world_size": world_size,
+    }
+
+
+def make_fingerprint(fields: Mapping[str, Any]) -> str:
+    """A short stable hash of ``fingerprint_fields``."""
+    blob = json.dumps(dict(fields), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def local_fingerprint(world_size: int) -> str:
+    """The fingerprint of this machine running ``world_size`` gloo CPU processes."""
+    return make_fingerprint(
+        fingerprint_fields(
+            num_hosts=1,
+            device_model=cpu_model(),
+            devices_per_host=os.cpu_count() or 1,
+            backend="gloo",
+            world_size=world_size,
+        )
+    )
+
+
+def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Cluster:
+    """Conservative defaults for gloo CPU processes on one host (no profile)."""
+    spec = DeviceSpec(
+        kind=f"cpu:{cpu_model()}"[:80],
+        memory_bytes=_host_memory_bytes() // max(world_size, 1),
+        # a share of a few cores doing fp32 GEMM; bf16 on CPU is usually slower
+        peak_flops={"float32": 20e9, "bfloat16": 10e9, "float16": 5e9},
+        memory_bandwidth_bytes_s=10e9,
+    )
+    return Cluster(
+        name=f"local-cpu-{world_size}",
+        num_nodes=1,
+        devices_per_node=world_size,
+        device_specs={spec.kind: spec},
+        node_kinds=(spec.kind,),
+        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=50e-6, bandwidth_bytes_s=1e9),
+        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=100e-6, bandwidth_bytes_s=1.25e9),
+        overlap_slowdown=1.5,
+        backend="gloo",
+        all_to_all_via_all_gather=True,
+        fingerprint=fingerprint,
+    )
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * GiB
+
+
+def hostname() -> str:
+    """This host's name (used in slow-link reports and the fingerprint's host count)."""
+    return socket.gethostname()
+
+
+# -------------------------------------------------------------------- presets
+# Figures are dense (no sparsity) datasheet peaks. Bus bandwidths are *achievable* nccl-tests
+# all-reduce bus bandwidths, not raw link rates, because the cost model's ring formula already
+# accounts for the 2(n-1)/n factor and raw rates overestimate what NCCL reaches by 20-40%.
+#
+# Sources:
+#  - NVIDIA A100 datasheet (80GB SXM): 19.5 TF fp32, 156 TF tf32, 312 TF bf16/fp16, 2,039 GB/s HBM2e;
+#    NVLink 3: 600 GB/s per GPU bidirectional = 300 GB/s per direction; nccl-tests all-reduce on
+#    DGX A100 reaches ~230-240 GB/s busbw -> 240e9. DGX A100 user guide: 8x 200 Gb/s HDR IB
+#    (one per GPU, rail-optimised) = 25 GB/s per GPU; ~90% achievable -> 22.5e9.
+#  - NVIDIA H100 datasheet (SXM5 80GB): 67 TF fp32, 494.5 TF tf32, 989 TF bf16/fp16, 3.35 TB/s;
+#    NVLink 4: 900 GB/s bidirectional = 450 per direction, ~360 GB/s busbw achievable (80%).
+#    DGX H100: 8x 400 Gb/s NDR = 50 GB/s per GPU, ~90% -> 45e9.
+#  - NVIDIA H200 datasheet (SXM 141GB): same compute as H100 SXM, 4.8 TB/s HBM3e, NVLink 900 GB/s;
+#    141 GB (nvidia-smi reports 143,771 MiB ~ 140 GiB). Inter-node assumed DGX H200's 8x NDR.
+#  - RTX 4090 (Ada whitepaper): 82.6 TF fp32, 165.2 TF bf16/fp16 tensor with fp32 accumulate,
+#    1,008 GB/s GDDR6X, 24 GB. No NVLink and no peer-to-peer: collectives cross PCIe 4.0 x16
+#    (32 GB/s raw, ~25 GB/s achievable) through host memory. Inter-node assumed one 100 Gb/s NIC
+#    per 8-GPU node (12.5 GB/s shared by 8 GPUs) -> 1.5e9 per GPU; an assumption, profile it.
+# Latencies: NCCL small-message all-reduce ~ 10 µs on NVLink, ~ 20 µs on PCIe, ~ 25 µs over IB.
+# Overlap slowdown: communication kernels take SMs and HBM bandwidth from compute; 1.1-1.3 is
+# typical for NVLink systems, more on PCIe where collectives stage through the host.
+
+
+def _gpu_cluster(
+    *,
+    name: str,
+    nodes: int,
+    spec: DeviceSpec,
+    intra: tuple[float, float],
+    inter: tuple[float, float],
+    overlap_slowdown: float,
+) -> Cluster:
+    return Cluster(
+        name=name if nodes == 1 else f"{name}x{nodes}",
+        num_nodes=nodes,
+        devices_per_node=8,
+        device_specs={spec.kind: spec},
+        node_kinds=(spec.kind,) * nodes,
+        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=intra[0], bandwidth_bytes_s=intra[1]),
+        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=inter[0], bandwidth_bytes_s=inter[1]),
+        overlap_slowdown=overlap_slowdown,
+        backend="nccl",
+    )
+
+
+A100_80G = DeviceSpec(
+    kind="A100-SXM-80GB",
+    memory_bytes=80 * GiB,
+    peak_flops={"float32": 19.5e12, "tfloat32": 156e12, "bfloat16": 312e12, "float16": 312e12},
+    memory_bandwidth_bytes_s=2.039e12,
+)
+H100_80G = DeviceSpec(
+    kind="H100-SXM-80GB",
+    memory_bytes=80 * GiB,
+    peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
+    memory_bandwidth_bytes_s=3.35e12,
+)
+H200_141G = DeviceSpec(
+    kind="H200-SXM-141GB",
+    memory_bytes=143771 * 2**20,
+    peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
+    memory_bandwidth_bytes_s=4.8e12,
+)
+RTX4090 = DeviceSpec(
+    kind="RTX4090-24GB",
+    memory_bytes=24 * GiB,
+    peak_flops={"float32": 82.6e12, "tfloat32": 82.6e12, "bfloat16": 165.2e12, "float16": 165.2e12},
+    memory_bandwidth_bytes_s=1.008e12,
+)
+
+_PRESETS = {
+    "dgx-a100-80g": lambda n: _gpu_cluster(
+        name="dgx-a100-80g", nodes=n, spec=A100_80G, intra=(10e-6, 240e9), inter=(25e-6, 22.5e9),
+        overlap_slowdown=1.2,
+    ),
+    "dgx-h100": lambda n: _gpu_cluster(
+        name="dgx-h100", nodes=n, spec=H100_80G, intra=(10e-6, 360e9), inter=(25e-6, 45e9),
+        overlap_slowdown=1.2,
+    ),
+    "h200": lambda n: _gpu_cluster(
+        name="h200", nodes=n, spec=H200_141G, intra=(10e-6, 360e9), inter=(25e-6, 45e9),
+        overlap_slowdown=1.2,
+    ),
+    "rtx4090-pcie": lambda n: _gpu_cluster(
+        name="rtx4090-pcie", nodes=n, spec=RTX4090, intra=(20e-6, 25e9), inter=(30e-6, 1.5e9),
+        overlap_slowdown=1.4,
+    ),
+}
+
+PRESET_NAMES: tuple[str, ...] = tuple(sorted(_PRESETS))
+
+
+def heterogeneous(name: str, nodes: list[Cluster]) -> Cluster:
+    """Join single-kind clusters (same devices per node) into one cluster, nodes in order.
+
+    Links are taken from the first cluster, except the inter-node tier, which takes the slowest
+    inter-node bandwidth among them.
+    """
+    if not nodes:
+        raise ConfigError("heterogeneous() needs at least one cluster")
+    dpn = {c.devices_per_node for c in nodes}
+    if len(dpn) != 1:
+        raise ConfigError(f"heterogeneous() needs equal devices per node, got {sorted(dpn)}")
+    specs: dict[str, DeviceSpec] = {}
+    kinds: list[str] = []
+    for c in nodes:
+        specs.update(c.device_specs)
+        kinds.extend(c.node_kinds)
+    slowest = min((c.inter_node for c in nodes), key=lambda t: t.bandwidth_bytes_s)
+    return dataclasses.replace(
+        nodes[0],
+        name=name,
+        num_nodes=len(kinds),
+        device_specs=specs,
+        node_kinds=tuple(kinds),
+        inter_node=slowest,
+        fingerprint=None,
+    )
+
+
+# -------------------------------------------------------------------- validation & parsing
+def _tier_to_dict(t: LinkTier) -> dict[str, Any]:
+    return {
+        "name": str(t.name),
+        "latency_s": t.latency_s,
+        "bandwidth_bytes_s": t.bandwidth_bytes_s,
+        "fits": {
+            str(c): {str(n): _fit_to_dict(f) for n, f in sorted(per.items())}
+            for c, per in sorted(t.fits.items())
+        },
+    }
+
+
+def _fit_to_dict(f: CollectiveFit) -> dict[str, Any]:
+    d: dict[str, Any] = {"alpha_s": f.alpha_s, "beta_s_per_byte": f.beta_s_per_byte}
+    if f.points:
+        d["points"] = [[s, t] for s, t in f.points]
+    return d
+
+
+def _check_keys(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> None:
+    if not isinstance(obj, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    unknown = set(obj) - required - optional
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(required | optional)} "
+            "(check spelling or the schema_version)"
+        )
+    missing = required - set(obj)
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {sorted(missing)}")
+
+
+def _num(obj: Mapping[str, Any], key: str, where: str, *, positive: bool = True, integer: bool = False) -> Any:
+    v = obj[key]
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or (isinstance(v, float) and not math.isfinite(v)):
+        kind = "an integer" if integer else "a finite number"
+        raise ConfigError(f"{where}.{key}: expected {kind}, got {v!r}")
+    if positive and v <= 0:
+        raise ConfigError(f"{where}.{key}: must be > 0, got {v!r}")
+    if not positive and v < 0:
+        raise ConfigError(f"{where}.{key}: must be >= 0, got {v!r}")
+    return v
+
+
+def _validate_cluster(c: Cluster) -> None:
+    """Checks on a constructed cluster (impossible clusters raise ``ConfigError``)."""
+    if c.num_nodes < 1:
+        raise ConfigError(f"cluster.num_nodes must be >= 1, got {c.num_nodes}")
+    if c.devices_per_node < 1:
+        raise ConfigError(f"cluster.devices_per_node must be >= 1, got {c.devices_per_node} (zero devices)")
+    if len(c.node_kinds) != c.num_nodes:
+        raise ConfigError(
+            f"cluster.node_kinds has {len(c.node_kinds)} entries but num_nodes is {c.num_nodes}; "
+            "give one device kind per node"
+        )
+    for i, k in enumerate(c.node_kinds):
+        if k not in c.device_specs:
+            raise ConfigError(f"cluster.node_kinds[{i}] = {k!r} is not in device_specs {sorted(c.device_specs)}")
+    for k, s in c.device_specs.items():
+        w = f"cluster.device_specs[{k!r}]"
+        if s.memory_bytes <= 0:
+            raise ConfigError(f"{w}.memory_bytes must be > 0, got {s.memory_bytes}")
+        if s.memory_bandwidth_bytes_s <= 0:
+            raise ConfigError(f"{w}.memory_bandwidth_bytes_s must be > 0, got {s.memory_bandwidth_bytes_s}")
+        if not s.peak_flops:
+            raise ConfigError(f"{w}.peak_flops is empty; give at least 'float32'")
+        for d, f in s.peak_flops.items():
+            if not f > 0:
+                raise ConfigError(f"{w}.peak_flops[{d!r}] must be > 0, got {f}")
+    for t in (c.intra_node, c.inter_node):
+        w = f"cluster.{t.name}"
+        if t.latency_s < 0:
+            raise ConfigError(f"{w}.latency_s must be >= 0, got {t.latency_s}")
+        if t.bandwidth_bytes_s <= 0:
+            raise ConfigError(f"{w}.bandwidth_bytes_s must be > 0, got {t.bandwidth_bytes_s}")
+        for coll, per in t.fits.items():
+            for n, f in per.items():
+                if n < 2 or f.alpha_s < 0 or f.beta_s_per_byte < 0:
+                    raise ConfigError(f"{w}.fits[{str(coll)!r}][{n}] is invalid: {f} (group size >= 2, alpha/beta >= 0)")
+    if c.overlap_slowdown < 1.0:
+        raise ConfigError(f"cluster.overlap_slowdown must be >= 1, got {c.overlap_slowdown}")
+
+
+def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
+    _check_keys(d, where, {"latency_s", "bandwidth_bytes_s"}, {"name", "fits"})
+    if d.get("name", str(expect)) != str(expect):
+        raise ConfigError(f"{where}.name: expected {str(expect)!r}, got {d['name']!r}")
+    fits: dict[Collective, dict[int, CollectiveFit]] = {}
+    raw = d.get("fits", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}.fits: expected an object")
+    for cname, per in raw.items():
+        try:
+            coll = Collective(cname)
+        except ValueError:
+            raise ConfigError(f"{where}.fits: unknown collective {cname!r}; known: {[str(c) for c in Collective]}") from None
+        if not isinstance(per, Mapping):
+            raise ConfigError(f"{where}.fits[{cname!r}]: expected an object keyed by group size")
+        for n_s, f in per.items():
+            fw = f"{where}.fits[{cname!r}][{n_s!r}]"
+            try:
+                n = int(n_s)
+            except ValueError:
+                raise ConfigError(f"{fw}: group size must be an integer") from None
+            _check_keys(f, fw, {"alpha_s", "beta_s_per_byte"}, {"points"})
+            points = f.get("points", [])
+            ok = isinstance(points, list) and all(
+                isinstance(q, list) and len(q) == 2 and isinstance(q[0], int) and q[0] > 0
+                and isinstance(q[1], (int, float)) and q[1] > 0
+                for q in points
+            )
+            if not ok or [q[0] for q in points] != sorted({q[0] for q in points}):
+                raise ConfigError(f"{fw}.points: expected [[nbytes > 0, time_s > 0], ...] with increasing nbytes")
+            fits.setdefault(coll, {})[n] = CollectiveFit(
+                alpha_s=float(_num(f, "alpha_s", fw, positive=False)),
+                beta_s_per_byte=float(_num(f, "beta_s_per_byte", fw, positive=False)),
+                points=tuple((int(a), float(b)) for a, b in points),
+            )
+    return LinkTier(
+        name=expect,
+        latency_s=float(_num(d, "latency_s", where, positive=False)),
+        bandwidth_bytes_s=float(_num(d, "bandwidth_bytes_s", where)),
+        fits=fits,
+    )
+
+
+_CLUSTER_REQUIRED = {"name", "num_nodes", "devices_per_node", "device_specs", "node_kinds", "intra_node", "inter_node"}
+_CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_all_via_all_gather", "fingerprint"}
+
+
+def _cluster_from_dict(d: Any) -> Cluster:
+    w = "cluster"
+    _check_keys(d, w, _CLUSTER_REQUIRED, _CLUSTER_OPTIONAL)
+    version = d.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise ConfigError(f"{w}.schema_version: this galvatron_fx reads version {SCHEMA_VERSION}, got {version!r}")
+    if not isinstance(d["name"], str):
+        raise ConfigError(f"{w}.name: expected a string")
+    num_nodes = _num(d, "num_nodes", w, integer=True)
+    dpn = _num(d, "devices_per_node", w, integer=True)
+    specs_raw = d["device_specs"]
+    if not isinstance(specs_raw, Mapping) or not specs_raw:
+        raise ConfigError(f"{w}.device_specs: expected a non-empty object of device kind -> spec")
+    specs: dict[str, DeviceSpec] = {}
+    for kind, s in specs_raw.items():
+        sw = f"{w}.device_specs[{kind!r}]"
+        _check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind"})
+        if s.get("kind", kind) != kind:
+            raise ConfigError(f"{sw}.kind: {s['kind']!r} differs from its key {kind!r}")
+        pf = s["peak_flops"]
+        if not isinstance(pf, Mapping) or not pf:
+            raise ConfigError(f"{sw}.peak_flops: expected a non-empty object of dtype -> FLOP/s")
+        specs[kind] = DeviceSpec(
+            kind=kind,
+            memory_bytes=int(_num(s, "memory_bytes", sw, integer=True)),
+            peak_flops={str(k): float(_num(pf, k, f"{sw}.peak_flops")) for k in pf},
+            memory_bandwidth_bytes_s=float(_num(s, "memory_bandwidth_bytes_s", sw)),
+        )
+    kinds = d["node_kinds"]
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise ConfigError(f"{w}.node_kinds: expected a list of device kind names")
+    slowdown = float(_num(d, "overlap_slowdown", w)) if "overlap_slowdown" in d else 1.0
+    fp = d.get("fingerprint")
+    if fp is not None and not isinstance(fp, str):
+        raise ConfigError(f"{w}.fingerprint: expected a string or null")
+    via = d.get("all_to_all_via_all_gather", False)
+    if not isinstance(via, bool):
+        raise ConfigError(f"{w}.all_to_all_via_all_gather: expected true or false")
+    return Cluster(
+        name=d["name"],
+        num_nodes=num_nodes,
+        devices_per_node=dpn,
+        device_specs=specs,
+        node_kinds=tuple(kinds),
+        intra_node=_tier_from_dict(d["intra_node"], f"{w}.intra_node", TierName.INTRA_NODE),
+        inter_node=_tier_from_dict(d["inter_node"], f"{w}.inter_node", TierName.INTER_NODE),
+        overlap_slowdown=slowdown,
+        backend=str(d.get("backend", "nccl")),
+        all_to_all_via_all_gather=via,
+        fingerprint=fp,
+        schema_version=version,
+    )

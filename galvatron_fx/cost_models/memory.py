@@ -1,0 +1,157 @@
+"""Memory of a layer under a strategy, per rank; and of a pipeline stage at its peak.
+
+Terms (per rank, bytes):
+- *params*: the parameter storage a rank keeps for the whole step — all of its tensor-parallel
+  shard under DDP, ``1/dp`` of it under ZeRO-2/3 (FSDP2 pads each parameter's dim 0 to a
+  multiple of ``dp``, which is counted).
+- *unsharded params*: the all-gathered compute copies. ZeRO-2 (FSDP2 with
+  ``reshard_after_forward=False``) keeps them from the layer's forward until its backward;
+  ZeRO-3 holds them only while the layer runs (a transient, see *temp*).
+- *grads*: DDP keeps the full gradient (as bucket views: no second copy); ZeRO-2/3 keep the
+  reduce-scattered ``1/dp`` shard.
+- *optimizer*: AdamW's two states per parameter, ``1/dp`` under ZeRO-2/3.
+- *activations*: what the layer keeps from forward to backward for ONE micro-batch
+  (``LayerCosts.activation_bytes_for(recompute)``, measured), scaled to the local micro-batch,
+  the compute dtype and the tensor-parallel shard.
+- *temp*: the largest transient while the layer runs: ZeRO-3's gathered parameters (current and
+  prefetched layer), the unsharded gradients before their reduce-scatter, and the activations
+  that recomputation brings back during the layer's backward.
+
+A stage's peak = Σ persistent (params, unsharded ZeRO-2 params, grads, optimizer)
++ Σ activations × micro-batches in flight (from the pipeline schedule) + max temp.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from galvatron_fx.ir.graph import LayerCosts, ParamInfo
+from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision
+from galvatron_fx.recompute import Recompute
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TPShard:
+    """How a layer divides under tensor parallelism (from the intra-layer solver).
+
+    ``param_fraction``: local parameter elements / all parameter elements;
+    ``activation_fraction``: local activation bytes / unsharded, per recompute mode.
+    """
+
+    param_fraction: float = 1.0
+    activation_fraction: tuple[float, float, float] = (1.0, 1.0, 1.0)  # none, selective, full
+
+    def activation(self, recompute: Recompute) -> float:
+        return self.activation_fraction[list(Recompute).index(Recompute(recompute))]
+
+
+NO_TP = TPShard()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerMemory:
+    """Per-rank bytes of one layer; ``activation_bytes`` is for one micro-batch."""
+
+    param_bytes: int = 0
+    unsharded_param_bytes: int = 0
+    grad_bytes: int = 0
+    optimizer_bytes: int = 0
+    activation_bytes: int = 0
+    temp_bytes: int = 0
+
+    @property
+    def persistent_bytes(self) -> int:
+        return self.param_bytes + self.unsharded_param_bytes + self.grad_bytes + self.optimizer_bytes
+
+    def peak_bytes(self, in_flight: int = 1) -> int:
+        """This layer alone, with ``in_flight`` micro-batches of activations held."""
+        return self.persistent_bytes + in_flight * self.activation_bytes + self.temp_bytes
+
+    def __add__(self, other: LayerMemory) -> LayerMemory:
+        """Sum of two layers' memories (temps do not add up: the larger one is kept)."""
+        kw = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        kw["temp_bytes"] = max(self.temp_bytes, other.temp_bytes)
+        return LayerMemory(**kw)
+
+    def to_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def sharded_numel(shape: tuple[int, ...], dp: int) -> int:
+    """Elements one rank keeps of a parameter that FSDP2 shards on dim 0 over ``dp`` ranks."""
+    if dp == 1 or not shape:
+        return math.prod(shape) if shape else 1
+    rows = math.ceil(shape[0] / dp)
+    return rows * math.prod(shape[1:])
+
+
+def layer_memory(
+    costs: LayerCosts,
+    strategy: LayerStrategy,
+    *,
+    dp: int,
+    micro_batch: float,
+    captured_batch: int,
+    precision: Precision = Precision(),
+    captured_dtype_bytes: int = 4,
+    params: list[ParamInfo] | None = None,
+    tp_shard: TPShard | None = None,
+) -> LayerMemory:
+    """Per-rank memory of a layer under ``strategy`` with data-parallel degree ``dp``.
+
+    ``micro_batch`` is the local micro-batch (samples per rank per micro-batch);
+    ``captured_batch`` the batch the costs were measured at. ``params`` (the layer's
+    ``ParamInfo``s, trainable only) make the FSDP padding exact; without them the shard is
+    ``numel / dp``. ``tp_shard`` is required when ``strategy.tp > 1``.
+    """
+    if dp < 1:
+        raise ValueError(f"dp must be >= 1, got {dp}")
+    if strategy.tp > 1 and tp_shard is None:
+        raise ValueError(f"layer memory under tp={strategy.tp} needs the tensor-parallel shard "
+                         "(TPShard) from the intra-layer solver")
+    shard = tp_shard or NO_TP
+    p = precision
+    numel = costs.num_params * shard.param_fraction
+    if strategy.dp_type == DPType.DDP or dp == 1:
+        local = numel
+    elif params is not None and shard.param_fraction == 1.0:
+        local = sum(sharded_numel(pi.shape, dp) for pi in params if pi.requires_grad)
+    else:
+        local = numel / dp
+    param_b = local * p.param_bytes
+    grad_b = local * p.grad_bytes
+    optim_b = local * p.optim_bytes_per_param
+    sharded = strategy.dp_type != DPType.DDP and dp > 1
+    # FSDP2 without mixed precision computes on the sharded parameters' all-gather output: one
+    # more copy; with mixed precision the copy is in the compute dtype.
+    unsharded_b = numel * p.compute_bytes if sharded else 0
+    scale = (micro_batch / captured_batch) * (p.compute_bytes / captured_dtype_bytes)
+    act = costs.activation_bytes_for(strategy.recompute) * shard.activation(strategy.recompute) * scale
+    full_act = costs.activation_bytes * shard.activation(Recompute.NONE) * scale
+    temp = 0.0
+    if strategy.recompute != Recompute.NONE:
+        temp += max(0.0, full_act - act)  # brought back while this layer's backward runs
+    if sharded:
+        temp += numel * p.grad_bytes  # unsharded gradients before the reduce-scatter
+    zero3_gathered = 0.0
+    if sharded and strategy.dp_type == DPType.ZERO3:
+        zero3_gathered = 2 * unsharded_b  # this layer's gathered params + the prefetched next
+    return LayerMemory(
+        param_bytes=int(param_b),
+        unsharded_param_bytes=int(unsharded_b) if strategy.dp_type == DPType.ZERO2 and sharded else 0,
+        grad_bytes=int(grad_b),
+        optimizer_bytes=int(optim_b),
+        activation_bytes=int(act),
+        temp_bytes=int(temp + zero3_gathered),
+    )
+
+
+def stage_peak_bytes(memories: list[LayerMemory], in_flight: int) -> int:
+    """Peak per-rank bytes of a pipeline stage holding ``in_flight`` micro-batches."""
+    if not memories:
+        return 0
+    total = LayerMemory()
+    for m in memories:
+        total = total + m
+    return total.persistent_bytes + in_flight * total.activation_bytes + total.temp_bytes

@@ -1,0 +1,792 @@
+"""Hardware profiler: collectives, p2p, matmul/attention throughput, overlap slowdown, slow links.
+
+Contract: run on every rank of a process group (``torchrun``; gloo on CPU, NCCL on GPU). If no
+group is initialised, one is made from the torchrun environment (or a single-process gloo group).
+Produces a ``HardwareProfile`` whose ``cluster`` carries alpha/beta fits per
+(collective, group size, tier); rank 0 writes it as JSON to the cache directory under the
+hardware fingerprint (and to ``out``).
+
+Algorithm
+---------
+For every group size ``n`` that divides the world (>= 2) and every arrangement (contiguous
+``[i*n, ..., i*n+n-1]`` and strided ``[i, i+W/n, ...]``), all ``W/n`` groups run the collective at
+once (as a plan's data- or tensor-parallel groups would). After ``warmup`` calls per size, it makes
+``repeats`` passes over all sizes (interleaved, so a burst of load from other processes spoils one
+sample of many sizes rather than every sample of one), each after a world barrier; messages under
+2 MiB are timed as the mean of up to 8 back-to-back calls. A call's
+time is the fastest rank of each group (the last to arrive sees the pure duration) and the slowest
+group; a row keeps the fastest pass, which is robust on shared hosts. Sizes follow the ``nbytes`` convention of
+``galvatron_fx.cost_models.communication``. Point-to-point is timed as half a ping-pong for every
+rank pair, in round-robin rounds of disjoint pairs. Fits minimise the *relative* error
+``sum(((alpha + beta*s) - t) / t)^2`` with ``alpha, beta >= 0`` (non-negative least squares on
+rows scaled by ``1/t``), so small messages weigh as much as 64 MiB ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from galvatron_fx.cluster import (
+    Cluster,
+    Collective,
+    CollectiveFit,
+    DeviceSpec,
+    LinkTier,
+    TierName,
+    cpu_model,
+    default_cache_dir,
+    fingerprint_fields,
+    hostname,
+    make_fingerprint,
+)
+from galvatron_fx.cost_models.communication import bandwidth_factor
+from galvatron_fx.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+CLI_HELP = "measure collectives, p2p links, matmul/attention throughput and overlap; fit the cluster model"
+KiB = 1024
+MiB = 1024 * KiB
+DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(4 * KiB * 4**i for i in range(8))  # 4 KiB .. 64 MiB
+PROFILE_SCHEMA_VERSION = 1
+_COMM_COLLECTIVES = (
+    Collective.ALL_REDUCE,
+    Collective.ALL_GATHER,
+    Collective.REDUCE_SCATTER,
+    Collective.ALL_TO_ALL,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareProfile:
+    """Everything one profiling run measured, plus the fitted ``Cluster``."""
+
+    fingerprint: str
+    fingerprint_fields: dict[str, Any]
+    cluster: Cluster
+    hosts: list[str]  # hostname of every rank
+    measurements: list[dict[str, Any]]  # collective, group_size, arrangement, tier, nbytes, time_s
+    compute: list[dict[str, Any]] = field(default_factory=list)  # op, size, dtype, time_s, flops_s
+    overlap: dict[str, float] = field(default_factory=dict)
+    p2p_bandwidth: list[dict[str, Any]] = field(default_factory=list)  # src, dst, bytes_s
+    slow_links: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    schema_version: int = PROFILE_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["cluster"] = self.cluster.to_dict()
+        return d
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write JSON to ``path`` (atomically) and return it."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=p.parent, delete=False, suffix=".tmp") as f:
+            json.dump(self.to_dict(), f, indent=1, sort_keys=True)
+        os.replace(f.name, p)
+        return p
+
+
+def cache_path(fingerprint: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the profile of ``fingerprint`` is cached."""
+    return default_cache_dir(cache_dir) / f"hardware-{fingerprint}.json"
+
+
+def current_fingerprint_fields(*, backend: str, world_size: int, num_hosts: int = 1) -> dict[str, Any]:
+    """The fingerprint facts of this host (for ``backend`` and ``world_size``)."""
+    import torch
+
+    if backend == "nccl" and torch.cuda.is_available():
+        model, count = torch.cuda.get_device_name(0), torch.cuda.device_count()
+    else:
+        model, count = cpu_model(), os.cpu_count() or 1
+    return fingerprint_fields(
+        num_hosts=num_hosts, device_model=model, devices_per_host=count, backend=backend, world_size=world_size
+    )
+
+
+def load_profile(path: str | os.PathLike, *, check_fingerprint: bool = True) -> HardwareProfile:
+    """Load a profile JSON; with ``check_fingerprint`` refuse one measured on other hardware.
+
+    The recorded host count, backend and world size are taken from the file; device model,
+    device count and torch version are compared with this host. Raises ``ConfigError`` naming
+    the differing facts.
+    """
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read hardware profile {str(p)!r}: {e}; re-run `galvatron-fx profile`") from e
+    return _profile_from_dict(d, source=str(p), check_fingerprint=check_fingerprint)
+
+
+def _profile_from_dict(d: Any, *, source: str, check_fingerprint: bool) -> HardwareProfile:
+    p = source
+    need = {"fingerprint", "fingerprint_fields", "cluster", "hosts", "measurements"}
+    if not isinstance(d, dict) or need - set(d):
+        raise ConfigError(f"{p!r} is not a hardware profile (missing {sorted(need - set(d or {}))})")
+    fields = d["fingerprint_fields"]
+    if make_fingerprint(fields) != d["fingerprint"]:
+        raise ConfigError(f"{p!r}: fingerprint does not match its recorded fields (edited by hand?); re-profile")
+    if check_fingerprint:
+        here = current_fingerprint_fields(
+            backend=fields.get("backend", "gloo"),
+            world_size=fields.get("world_size", 1),
+            num_hosts=fields.get("num_hosts", 1),
+        )
+        diff = {k: (fields.get(k), v) for k, v in here.items() if fields.get(k) != v}
+        if diff:
+            shown = ", ".join(f"{k}: profile {a!r} vs here {b!r}" for k, (a, b) in sorted(diff.items()))
+            raise ConfigError(
+                f"hardware profile {p!r} was measured on different hardware ({shown}); "
+                "re-run `galvatron-fx profile` on this machine, or pass check_fingerprint=False to use it anyway"
+            )
+    known = {f.name for f in dataclasses.fields(HardwareProfile)}
+    kwargs = {k: v for k, v in d.items() if k in known}
+    kwargs["cluster"] = Cluster.from_dict(d["cluster"])
+    return HardwareProfile(**kwargs)
+
+
+# ---------------------------------------------------------------------------- fitting
+def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float], *, keep_points: bool = True) -> CollectiveFit:
+    """``alpha + beta * nbytes`` minimising the squared *relative* error, with alpha, beta >= 0.
+
+    With ``keep_points`` the measured points (fastest time per size) are kept for log-log
+    interpolation inside the measured range (see ``CollectiveFit``).
+    """
+    from scipy.optimize import nnls
+
+    s = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    if len(s) == 0 or np.any(t <= 0):
+        raise ValueError("fit_alpha_beta needs at least one positive time")
+    a = np.stack([1.0 / t, s / t], axis=1)
+    coef, _ = nnls(a, np.ones_like(t))
+    points: tuple[tuple[int, float], ...] = ()
+    if keep_points:
+        best: dict[int, float] = {}
+        for si, ti in zip(s, t):  # several arrangements of one size: keep the median
+            best.setdefault(int(si), []).append(float(ti))  # type: ignore[arg-type]
+        points = tuple((k, float(np.median(v))) for k, v in sorted(best.items()))  # type: ignore[arg-type]
+    return CollectiveFit(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), points=points)
+
+
+def fit_rows(rows: Iterable[Mapping[str, Any]]) -> dict[TierName, dict[Collective, dict[int, CollectiveFit]]]:
+    """Fits per (tier, collective, group size) from measurement rows (all arrangements pooled)."""
+    groups: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+    for r in rows:
+        groups.setdefault((r["tier"], r["collective"], int(r["group_size"])), []).append((r["nbytes"], r["time_s"]))
+    out: dict[TierName, dict[Collective, dict[int, CollectiveFit]]] = {}
+    for (tier, coll, n), pts in sorted(groups.items()):
+        s, t = zip(*pts)
+        out.setdefault(TierName(tier), {}).setdefault(Collective(coll), {})[n] = fit_alpha_beta(s, t)
+    return out
+
+
+def detect_slow_links(
+    pair_bytes_s: Mapping[tuple[int, int], float],
+    rank_names: Sequence[str],
+    node_of: Callable[[int], int] | None = None,
+    *,
+    threshold: float = 0.5,
+) -> list[str]:
+    """Rank pairs (and nodes) whose p2p bandwidth is below ``threshold`` × the median.
+
+    Pairs are compared with the median of pairs on the same tier (same node or not) so that a
+    normal inter-node link is not reported as slow next to NVLink.
+    """
+    if not pair_bytes_s:
+        return []
+    node_of = node_of or (lambda r: 0)
+    reports: list[str] = []
+    by_tier: dict[bool, list[tuple[tuple[int, int], float]]] = {}
+    for (a, b), bw in pair_bytes_s.items():
+        by_tier.setdefault(node_of(a) == node_of(b), []).append(((a, b), bw))
+    for same, items in sorted(by_tier.items()):
+        med = statistics.median(bw for _, bw in items)
+        for (a, b), bw in sorted(items):
+            if bw < threshold * med:
+                reports.append(
+                    f"slow link {rank_names[a]} <-> {rank_names[b]}: {bw / 1e9:.3g} GB/s, "
+                    f"median {'intra' if same else 'inter'}-node {med / 1e9:.3g} GB/s"
+                )
+    # a node whose inter-node links are all slow
+    per_node: dict[int, list[float]] = {}
+    for (a, b), bw in pair_bytes_s.items():
+        if node_of(a) != node_of(b):
+            per_node.setdefault(node_of(a), []).append(bw)
+            per_node.setdefault(node_of(b), []).append(bw)
+    if len(per_node) >= 3:
+        node_bw = {n: statistics.median(v) for n, v in per_node.items()}
+        med = statistics.median(node_bw.values())
+        for n, bw in sorted(node_bw.items()):
+            if bw < threshold * med:
+                ranks = [r for r in range(len(rank_names)) if node_of(r) == n]
+                host = rank_names[ranks[0]].split(":")[0] if ranks else str(n)
+                reports.append(f"slow node {n} ({host}): inter-node {bw / 1e9:.3g} GB/s, median {med / 1e9:.3g} GB/s")
+    return reports
+
+
+# ---------------------------------------------------------------------------- measuring
+class _Progress:
+    """A one-line progress bar on stderr (rank 0 only); no dependency."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled, self.t0 = max(total, 1), 0, enabled, time.perf_counter()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.enabled:
+            frac = self.done / self.total
+            bar = "#" * int(30 * frac)
+            el = time.perf_counter() - self.t0
+            sys.stderr.write(f"\rprofile [{bar:<30}] {self.done}/{self.total} {el:5.1f}s {label:<40.40}")
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _human(nbytes: int) -> str:
+    for unit, div in (("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= div:
+            return f"{nbytes / div:g} {unit}"
+    return f"{nbytes} B"
+
+
+def _arrangements(world: int, n: int) -> dict[str, list[list[int]]]:
+    contiguous = [list(range(i * n, (i + 1) * n)) for i in range(world // n)]
+    strided = [list(range(i, world, world // n)) for i in range(world // n)]
+    out = {"contiguous": contiguous}
+    if strided != contiguous:
+        out["strided"] = strided
+    return out
+
+
+def _round_robin(world: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint rank pairs covering every pair once (circle method)."""
+    ids = list(range(world)) + ([None] if world % 2 else [])
+    m = len(ids)
+    rounds = []
+    for _ in range(m - 1):
+        pairs = [(ids[i], ids[m - 1 - i]) for i in range(m // 2)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
+        ids = [ids[0], ids[-1], *ids[1:-1]]
+    return rounds
+
+
+def _collective_fn(coll: Collective, nbytes: int, n: int, group, device, dist) -> tuple[Callable[[], Any], int]:
+    """A closure running ``coll`` once, and the nbytes it really moves (rounded to the group)."""
+    import torch
+
+    numel = max(n * n, (nbytes // 4) // (n * n) * (n * n))
+    real = numel * 4
+    if coll is Collective.ALL_REDUCE:
+        t = torch.ones(numel, device=device)
+        return (lambda: dist.all_reduce(t, group=group)), real
+    if coll is Collective.ALL_GATHER:
+        out, inp = torch.empty(numel, device=device), torch.ones(numel // n, device=device)
+        op = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return (lambda: op(out, inp, group=group)), real
+    if coll is Collective.REDUCE_SCATTER:
+        out, inp = torch.empty(numel // n, device=device), torch.ones(numel, device=device)
+        op = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return (lambda: op(out, inp, group=group)), real
+    if coll is Collective.ALL_TO_ALL:
+        # convention: nbytes is the global tensor; this rank holds nbytes / n
+        inp, out = torch.ones(numel // n, device=device), torch.empty(numel // n, device=device)
+        return (lambda: dist.all_to_all_single(out, inp, group=group)), real
+    raise ValueError(coll)
+
+
+def _collective_series(coll: Collective, sizes: Sequence[int], n: int, group, device, dist) -> list[tuple[int, Callable[[], Any]]]:
+    """(real nbytes, closure) per size; closures share one buffer set sized for the largest."""
+    import torch
+
+    numels = [max(n * n, (s // 4) // (n * n) * (n * n)) for s in sizes]
+    big = max(numels)
+    full = torch.ones(big, device=device)
+    part = torch.ones(big // n, device=device)
+    part2 = torch.empty(big // n, device=device)
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    out = []
+    for m in numels:
+        f, p, p2 = full[:m], part[: m // n], part2[: m // n]
+        if coll is Collective.ALL_REDUCE:
+            fn = lambda f=f: dist.all_reduce(f, group=group)  # noqa: E731
+        elif coll is Collective.ALL_GATHER:
+            fn = lambda f=f, p=p: ag(f, p, group=group)  # noqa: E731
+        elif coll is Collective.REDUCE_SCATTER:
+            fn = lambda f=f, p=p: rs(p, f, group=group)  # noqa: E731
+        elif coll is Collective.ALL_TO_ALL:
+            # convention: nbytes is the global tensor; this rank holds nbytes / n
+            fn = lambda p=p, p2=p2: dist.all_to_all_single(p2, p, group=group)  # noqa: E731
+        else:
+            raise ValueError(coll)
+        out.append((m * 4, fn))
+    return out
+
+
+def _p2p_series(rank: int, other: int | None, sizes: Sequence[int], device, dist) -> list[tuple[int, Callable[[], Any]]]:
+    """Ping-pong closures with ``other`` (no-ops for a rank without a partner this round)."""
+    import torch
+
+    numels = [max(1, s // 4) for s in sizes]
+    buf = torch.ones(max(numels), device=device)
+    out = []
+    for m in numels:
+        b = buf[:m]
+        if other is None:
+            fn = lambda: None  # noqa: E731
+        elif rank < other:
+            def fn(b=b):
+                dist.send(b, other)
+                dist.recv(b, other)
+        else:
+            def fn(b=b):
+                dist.recv(b, other)
+                dist.send(b, other)
+        out.append((m * 4, fn))
+    return out
+
+
+def _interleaved(series, warmup: int, repeats: int, sync, barrier, bar, label: str) -> list[list[float]]:
+    """Times of every closure, ``repeats`` passes over all sizes, a barrier before each call.
+
+    Passes (rather than all repeats of one size in a row) spread a burst of interference from
+    other processes over many sizes instead of spoiling one.
+    """
+    for _, fn in series:
+        for _ in range(warmup):
+            fn()
+    sync()
+    times: list[list[float]] = [[] for _ in series]
+    # small messages: time a few back-to-back calls (the same count on every rank, from the
+    # size alone) so that one scheduler hiccup is averaged out rather than measured
+    inner = [min(8, max(1, 2 * MiB // max(real, 1))) for real, _ in series]
+    for _ in range(repeats):
+        for i, (_, fn) in enumerate(series):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(inner[i]):
+                fn()
+            sync()
+            times[i].append((time.perf_counter() - t0) / inner[i])
+    for real, _ in series:
+        bar.step(f"{label} {_human(real)}")
+    return times
+
+
+def _combine(per_rank: list[dict[tuple, tuple[int, list[float]]]]) -> dict[tuple, float]:
+    """One time per key: per repeat, the fastest rank of each group (the last to arrive sees the
+    pure duration; the others include waiting) and the slowest group; then the fastest repeat."""
+    by_key: dict[tuple, dict[int, list[list[float]]]] = {}
+    for local in per_rank:
+        for key, (gid, ts) in local.items():
+            by_key.setdefault(key, {}).setdefault(gid, []).append(ts)
+    out = {}
+    for key, groups in by_key.items():
+        per_rep = [
+            max(min(ts[i] for ts in rank_ts) for rank_ts in groups.values())
+            for i in range(min(len(ts) for rank_ts in groups.values() for ts in rank_ts))
+        ]
+        out[key] = min(per_rep)
+    return out
+
+
+def _timed(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None]) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _probe(coll: Collective, group, device, dist, n: int) -> bool:
+    try:
+        fn, _ = _collective_fn(coll, 4 * n * n, n, group, device, dist)
+        fn()
+        return True
+    except (RuntimeError, NotImplementedError, ValueError) as e:
+        logger.info("%s not supported by this backend (%s); skipped", coll, str(e).splitlines()[0][:100])
+        return False
+
+
+def _ensure_group(backend: str | None):
+    """Initialise a process group from the torchrun environment if none exists; returns (dist, created)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return dist, False
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+    else:
+        logger.warning("no torchrun environment: profiling one process (no collectives); use torchrun --nproc-per-node N")
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return dist, True
+
+
+def profile_hardware(
+    *,
+    sizes_bytes: Sequence[int] | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    collectives: Sequence[Collective | str] | None = None,
+    group_sizes: Sequence[int] | None = None,
+    p2p: bool = True,
+    compute: bool = True,
+    matmul_sizes: Sequence[int] = (256, 512, 1024),
+    dtypes: Sequence[str] = ("float32", "bfloat16"),
+    attention_seq_lens: Sequence[int] = (256, 512),
+    overlap: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    out: str | os.PathLike | None = None,
+    use_cache: bool = False,
+    progress: bool = True,
+    backend: str | None = None,
+) -> HardwareProfile:
+    """Profile this machine; call on every rank. Returns the same profile on every rank.
+
+    ``sizes_bytes`` default to 4 KiB .. 64 MiB (×4 steps). ``group_sizes`` default to every
+    divisor >= 2 of the world size. With ``use_cache`` a cached profile with this fingerprint is
+    returned without measuring. Rank 0 writes ``cache_dir/hardware-<fingerprint>.json`` and ``out``.
+    """
+    import torch
+
+    if repeats < 1 or warmup < 0:
+        raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    sizes = sorted(set(int(s) for s in (sizes_bytes or DEFAULT_SIZES_BYTES)))
+    if not sizes or sizes[0] <= 0:
+        raise ConfigError(f"sizes_bytes must be positive, got {sizes_bytes}")
+    dist, created = _ensure_group(backend)
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        be = str(dist.get_backend())
+        device = torch.device("cuda", torch.cuda.current_device()) if be == "nccl" else torch.device("cpu")
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+        hosts: list[str] = [""] * world
+        dist.all_gather_object(hosts, hostname())
+        host_order = list(dict.fromkeys(hosts))
+        node_of_rank = [host_order.index(h) for h in hosts]
+        per_host = [node_of_rank.count(i) for i in range(len(host_order))]
+        fields = current_fingerprint_fields(backend=be, world_size=world, num_hosts=len(host_order))
+        fp = make_fingerprint(fields)
+        cpath = cache_path(fp, cache_dir)
+        # rank 0 decides and shares the cached text (other hosts may not see its disk)
+        cached = [cpath.read_text() if rank == 0 and use_cache and cpath.exists() else None]
+        if use_cache and world > 1:
+            dist.broadcast_object_list(cached, src=0)
+        if cached[0] is not None:
+            prof = _profile_from_dict(json.loads(cached[0]), source=str(cpath), check_fingerprint=True)
+            logger.info("using cached hardware profile %s", cpath)
+            if rank == 0 and out is not None:
+                prof.save(out)
+            return prof
+
+        local_idx = [hosts[: r + 1].count(hosts[r]) - 1 for r in range(world)]
+        rank_names = [f"{hosts[r]}:{local_idx[r]}" for r in range(world)]
+        sizes_n = sorted(set(group_sizes or [n for n in range(2, world + 1) if world % n == 0]))
+        for n in sizes_n:
+            if n < 2 or world % n:
+                raise ConfigError(f"group size {n} must be >= 2 and divide the world size {world}")
+        colls = [Collective(c) for c in (collectives or _COMM_COLLECTIVES) if Collective(c) is not Collective.P2P]
+        arrangements = {n: _arrangements(world, n) for n in sizes_n}
+        # every rank must create every group, in the same order
+        groups: dict[tuple[int, str], tuple[Any, list[int]]] = {}
+        for n in sizes_n:
+            for arr, parts in arrangements[n].items():
+                mine = None
+                for ranks in parts:
+                    g = dist.new_group(ranks) if n < world else dist.group.WORLD
+                    if rank in ranks:
+                        mine = (g, ranks)
+                groups[(n, arr)] = mine
+        unsupported: list[str] = []
+        if sizes_n:
+            g0 = groups[(sizes_n[0], "contiguous")][0]
+            for c in list(colls):
+                if not _probe(c, g0, device, dist, sizes_n[0]):
+                    colls.remove(c)
+                    unsupported.append(str(c))
+        rounds = _round_robin(world) if p2p and world > 1 else []
+        total = (
+            sum(len(arrangements[n]) for n in sizes_n) * len(colls) * len(sizes)
+            + len(rounds) * len(sizes)
+            + (len(matmul_sizes) * len(dtypes) + len(attention_seq_lens) * len(dtypes) + 1 if compute else 0)
+            + (1 if overlap and world > 1 else 0)
+        )
+        bar = _Progress(total, progress and rank == 0)
+
+        # key -> (group id, this rank's time per repeat)
+        local: dict[tuple, tuple[int, list[float]]] = {}
+        for n in sizes_n:
+            for arr in arrangements[n]:
+                g, ranks = groups[(n, arr)]
+                gid = arrangements[n][arr].index(ranks)
+                for c in colls:
+                    series = _collective_series(c, sizes, n, g, device, dist)
+                    times = _interleaved(series, warmup, repeats, sync, dist.barrier, bar, f"{c} n={n} {arr}")
+                    for real, ts in zip((r for r, _ in series), times):
+                        local[("coll", str(c), n, arr, real)] = (gid, ts)
+        for i, rnd in enumerate(rounds):
+            partner = {a: b for a, b in rnd} | {b: a for a, b in rnd}
+            series = _p2p_series(rank, partner.get(rank), sizes, device, dist)
+            times = _interleaved(series, warmup, repeats, sync, dist.barrier, bar, f"p2p round {i + 1}/{len(rounds)}")
+            if rank in partner:
+                a, b = sorted((rank, partner[rank]))
+                for real, ts in zip((r for r, _ in series), times):
+                    local[("p2p", a, b, real)] = (0, [t / 2 for t in ts])  # half a ping-pong
+
+        compute_rows: list[dict[str, Any]] = []
+        mem_bw = 0.0
+        if compute:
+            compute_rows, mem_bw = _measure_compute(device, sync, matmul_sizes, dtypes, attention_seq_lens, repeats, bar)
+        overlap_info: dict[str, float] = {}
+        if overlap and world > 1:
+            overlap_info = _measure_overlap(device, sync, dist, repeats)
+            bar.step("overlap")
+
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, (local, compute_rows, mem_bw, overlap_info))
+
+        # ------------------------------------------------------------------ combine on every rank
+        node_of = lambda r: node_of_rank[r]  # noqa: E731
+        coll_t = _combine([g[0] for g in gathered])
+        pair_t = {k: v for k, v in coll_t.items() if k[0] == "p2p"}
+        coll_t = {k: v for k, v in coll_t.items() if k[0] == "coll"}
+        dpn = max(per_host)
+        rows: list[dict[str, Any]] = []
+        for (_, c, n, arr, real), t in sorted(coll_t.items()):
+            parts = arrangements[n][arr]
+            spans = any(len({node_of(r) for r in p}) > 1 for p in parts)
+            rows.append(dict(collective=c, group_size=n, arrangement=arr, tier=str(TierName.INTER_NODE if spans else TierName.INTRA_NODE), nbytes=real, time_s=t))
+        pair_bw: dict[tuple[int, int], float] = {}
+        for (_, a, b, real), t in sorted(pair_t.items()):
+            tier = TierName.INTRA_NODE if node_of(a) == node_of(b) else TierName.INTER_NODE
+            rows.append(dict(collective=str(Collective.P2P), group_size=2, arrangement=f"{a}-{b}", tier=str(tier), nbytes=real, time_s=t))
+            if real == max(r for (_, x, y, r) in pair_t if (x, y) == (a, b)):
+                pair_bw[(a, b)] = real / t
+        slow = detect_slow_links(pair_bw, rank_names, node_of)
+        for msg in slow if rank == 0 else []:
+            logger.warning(msg)
+
+        compute_rows = gathered[0][1]
+        mem_bw = max(g[2] for g in gathered)
+        overlap_info = gathered[0][3]
+        cluster = _build_cluster(
+            rows, compute_rows, mem_bw, overlap_info, backend=be, device=device, num_nodes=len(host_order), dpn=dpn,
+            fingerprint=fp, hosts=host_order, colls_supported=colls,
+        )
+        prof = HardwareProfile(
+            fingerprint=fp,
+            fingerprint_fields=fields,
+            cluster=cluster,
+            hosts=hosts,
+            measurements=rows,
+            compute=compute_rows,
+            overlap=overlap_info,
+            p2p_bandwidth=[dict(src=a, dst=b, bytes_s=bw) for (a, b), bw in sorted(pair_bw.items())],
+            slow_links=slow,
+            unsupported=unsupported,
+        )
+        if rank == 0:
+            prof.save(cpath)
+            logger.info("hardware profile cached at %s", cpath)
+            if out is not None:
+                prof.save(out)
+        dist.barrier()  # every rank returns once the files exist
+        return prof
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def _measure_compute(device, sync, matmul_sizes, dtypes, seq_lens, repeats, bar) -> tuple[list[dict[str, Any]], float]:
+    import torch
+    import torch.nn.functional as F
+
+    rows: list[dict[str, Any]] = []
+    for dt_name in dtypes:
+        dt = getattr(torch, dt_name)
+        for m in matmul_sizes:
+            a = torch.randn(m, m, device=device, dtype=dt)
+            b = torch.randn(m, m, device=device, dtype=dt)
+            t = _timed(lambda: a @ b, 1, repeats, sync)
+            rows.append(dict(op="matmul", size=m, dtype=dt_name, time_s=t, flops_s=2 * m**3 / t))
+            bar.step(f"matmul {m} {dt_name}")
+        for seq in seq_lens:
+            heads, d = 8, 64
+            q, k, v = (torch.randn(1, heads, seq, d, device=device, dtype=dt) for _ in range(3))
+            t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, repeats, sync)
+            flops = 4 * heads * seq * seq * d // 2  # causal: half the score matrix
+            rows.append(dict(op="attention", size=seq, dtype=dt_name, time_s=t, flops_s=flops / t))
+            bar.step(f"attention T={seq} {dt_name}")
+    x = torch.ones(16 * MiB // 4, device=device)
+    y = torch.empty_like(x)
+    t = _timed(lambda: y.copy_(x), 1, repeats, sync)
+    bar.step("memory bandwidth")
+    return rows, 2 * x.numel() * 4 / t
+
+
+def _measure_overlap(device, sync, dist, repeats: int) -> dict[str, float]:
+    """Compute alone, all-reduce alone, and both at once; slowdown = both / max(alone)."""
+    import torch
+
+    buf = torch.ones(4 * MiB // 4, device=device)
+    a = torch.randn(256, 256, device=device)
+    mm_one = _timed(lambda: a @ a, 1, repeats, sync)
+    comm = _timed(lambda: dist.all_reduce(buf), 1, repeats, sync)
+    iters = max(1, round(comm / max(mm_one, 1e-9)))
+    iters_all = [0] * dist.get_world_size()
+    dist.all_gather_object(iters_all, iters)
+    iters = max(iters_all)  # same work on every rank
+
+    def compute():
+        for _ in range(iters):
+            a @ a
+
+    def both():
+        work = dist.all_reduce(buf, async_op=True)
+        compute()
+        work.wait()
+
+    dist.barrier()
+    comp = _timed(compute, 1, repeats, sync)
+    dist.barrier()
+    comm = _timed(lambda: dist.all_reduce(buf), 1, repeats, sync)
+    dist.barrier()
+    together = _timed(both, 1, repeats, sync)
+    slowdown = min(max(together / max(comp, comm), 1.0), (comp + comm) / max(comp, comm))
+    return dict(compute_s=comp, comm_s=comm, together_s=together, slowdown=slowdown)
+
+
+def _build_cluster(
+    rows, compute_rows, mem_bw, overlap_info, *, backend, device, num_nodes, dpn, fingerprint, hosts, colls_supported
+) -> Cluster:
+    import torch
+
+    fits = fit_rows(rows)
+    if device.type == "cuda":
+        kind = torch.cuda.get_device_name(device)
+        memory = torch.cuda.get_device_properties(device).total_memory
+    else:
+        kind = f"cpu:{cpu_model()}"[:80]
+        try:
+            host_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            host_mem = 8 * 2**30
+        memory = host_mem // dpn
+    peak = {}
+    for r in compute_rows:
+        if r["op"] == "matmul":
+            peak[r["dtype"]] = max(peak.get(r["dtype"], 0.0), r["flops_s"])
+    if not peak:
+        peak = {"float32": 20e9}
+    spec = DeviceSpec(kind=kind, memory_bytes=int(memory), peak_flops=peak, memory_bandwidth_bytes_s=mem_bw or 10e9)
+
+    def tier(name: TierName, lat: float, bw: float) -> LinkTier:
+        f = fits.get(name, {})
+        ar = f.get(Collective.ALL_REDUCE, {})
+        if ar:
+            n = max(ar)
+            lat = ar[min(ar)].alpha_s
+            if ar[n].beta_s_per_byte > 0:
+                bw = bandwidth_factor(Collective.ALL_REDUCE, n) / ar[n].beta_s_per_byte
+        return LinkTier(name=name, latency_s=lat, bandwidth_bytes_s=bw, fits=f)
+
+    gpu = backend == "nccl"
+    return Cluster(
+        name=f"profiled-{hosts[0]}" + (f"x{num_nodes}" if num_nodes > 1 else ""),
+        num_nodes=num_nodes,
+        devices_per_node=dpn,
+        device_specs={kind: spec},
+        node_kinds=(kind,) * num_nodes,
+        intra_node=tier(TierName.INTRA_NODE, 10e-6 if gpu else 50e-6, 100e9 if gpu else 1e9),
+        inter_node=tier(TierName.INTER_NODE, 25e-6 if gpu else 100e-6, 20e9 if gpu else 1.25e9),
+        overlap_slowdown=float(overlap_info.get("slowdown", 1.0 if not gpu else 1.2)),
+        backend=backend,
+        # DTensor uses all-gather + chunk instead of all-to-all on CPU meshes
+        all_to_all_via_all_gather=device.type == "cpu" or Collective.ALL_TO_ALL not in colls_supported,
+        fingerprint=fingerprint,
+    )
+
+
+# ---------------------------------------------------------------------------- CLI
+def _parse_size(text: str) -> int:
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    mult = {"k": KiB, "m": MiB, "g": 1024 * MiB}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "kmg" else t
+    return int(float(num) * mult)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``galvatron-fx profile``."""
+    parser.add_argument("--out", help="also write the profile JSON here")
+    parser.add_argument("--sizes", nargs="+", type=_parse_size, help="message sizes, e.g. 4K 1M 64M (default 4K..64M ×4)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per size (median kept)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls per size")
+    parser.add_argument("--group-sizes", nargs="+", type=int, help="group sizes (default: every divisor >= 2 of the world)")
+    parser.add_argument("--no-compute", action="store_true", help="skip matmul/attention/memory bandwidth")
+    parser.add_argument("--no-p2p", action="store_true", help="skip point-to-point and slow-link detection")
+    parser.add_argument("--cache-dir", help="cache directory (default $GFX_CACHE_DIR or ~/.cache/galvatron_fx)")
+    parser.add_argument("--reuse-cache", action="store_true", help="return the cached profile if the fingerprint matches")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run ``galvatron-fx profile`` (under torchrun) and print a summary on rank 0."""
+    import torch.distributed as dist
+
+    prof = profile_hardware(
+        sizes_bytes=args.sizes,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        group_sizes=args.group_sizes,
+        compute=not args.no_compute,
+        p2p=not args.no_p2p,
+        cache_dir=args.cache_dir,
+        out=args.out,
+        use_cache=args.reuse_cache,
+    )
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+    if rank == 0:
+        c = prof.cluster
+        print(f"fingerprint {prof.fingerprint}  world {c.world_size}  backend {c.backend}")
+        print(f"{'tier':<11} {'collective':<15} {'n':>3} {'alpha_us':>9} {'busbw_GB/s':>11}")
+        for t in (c.intra_node, c.inter_node):
+            for coll, per in sorted(t.fits.items()):
+                for n, f in sorted(per.items()):
+                    bw = bandwidth_factor(coll, n) / f.beta_s_per_byte / 1e9 if f.beta_s_per_byte else float("inf")
+                    print(f"{t.name:<11} {coll:<15} {n:>3} {f.alpha_s * 1e6:>9.1f} {bw:>11.3f}")
+        for r in prof.compute:
+            print(f"{r['op']:<9} {r['size']:>5} {r['dtype']:<9} {r['flops_s'] / 1e9:8.1f} GFLOP/s")
+        print(f"overlap slowdown {c.overlap_slowdown:.2f}; unsupported: {prof.unsupported or 'none'}")
+        for msg in prof.slow_links:
+            print(msg)
+        print(f"saved {cache_path(prof.fingerprint, args.cache_dir)}" + (f" and {args.out}" if args.out else ""))
+    return 0
