@@ -311,7 +311,7 @@ def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int)
     with _StorageTracker() as tracker:
         outs = fn(*inputs)
     out_keys = {_storage_key(o) for o in tree_flatten(outs)[0] if isinstance(o, torch.Tensor)}
-    gc.collect()
+    gc.collect(0)  # the young generation holds the forward's cycles; a full pass costs seconds
     alive = [(key, nbytes) for key, (ref, nbytes) in tracker.created.items()
              if key not in out_keys and not ref.expired()]
     log.debug("%s: %d storages alive after forward: %s", mode, len(alive), [b for _, b in alive])
