@@ -57,7 +57,9 @@ class LayerCosts:
 
     ``activation_bytes`` are bytes saved for backward (unique storages, parameters excluded);
     ``output_bytes`` are the bytes of the values the layer hands to later layers;
-    ``param_bytes``/``num_params`` count every parameter the layer reads (tied ones included).
+    ``param_bytes``/``num_params`` count the trainable parameters charged to this layer: each
+    parameter to the first layer that reads it (a tied embedding/head weight to the embedding;
+    ``ParamInfo.layers`` lists every reader), buffers never.
     """
 
     fwd_flops: int = 0

@@ -339,6 +339,13 @@ def _shared_values(mg, by_name: dict[str, fx.Node]) -> set[str]:
     return {x for x, ls in readers.items() if len(ls - {facts(by_name[x]).layer}) >= 2}
 
 
+def _views_a_placeholder(n: fx.Node) -> bool:
+    """Whether ``n`` is a chain of views ending at a placeholder (shares its storage)."""
+    while _is_view_node(n) and n.args and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+    return n.op == "placeholder"
+
+
 def _is_view_node(n: fx.Node) -> bool:
     if n.target is operator.getitem:
         return True
@@ -404,9 +411,10 @@ def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[
     tot["output_bytes"] = sum(tensor_bytes(by_name[o].meta.get("val")) for o in layer.output_names)
     tot["output_bytes"] = int(_concrete_bytes(tot["output_bytes"]))
     for fqn in layer.param_names:
-        numel, nbytes = param_numel[fqn]
-        tot["num_params"] += numel
-        tot["param_bytes"] += nbytes
+        if fqn in param_numel:  # trainable parameters, charged to the first layer reading them
+            numel, nbytes = param_numel[fqn]
+            tot["num_params"] += numel
+            tot["param_bytes"] += nbytes
     return LayerCosts(**tot)
 
 
@@ -448,11 +456,16 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
         log.warning("no backward cost for %d node(s) (their ops have no fake backward); first: %s",
                     len(failures), failures[0])
     # a shared value that some reader saves is held once, by the layer that produced it
+    # (unless it is a view of a parameter, buffer or input: then it holds no memory of its own)
     for x in sorted(shared_saved):
         producer = by_name[x]
-        if facts(producer).layer is not None:
+        if facts(producer).layer is not None and not _views_a_placeholder(producer):
             facts(producer).saved_bytes += int(_concrete_bytes(tensor_bytes(producer.meta.get("val"))))
-    param_numel = {p.name: (p.numel, p.nbytes) for p in mg.params.values()}
+    param_numel = {p.name: (p.numel, p.nbytes) for p in mg.params.values()
+                   if not p.is_buffer and p.requires_grad}
+    owner = {p.name: p.layers[0] for p in mg.params.values() if p.layers}
     for layer in mg.layers:
-        layer.costs = _sum_layer(layer, by_name, param_numel, variants.get(layer.name, {}))
+        mine = {f for f in layer.param_names if owner.get(f) == layer.name}
+        layer_numel = {f: v for f, v in param_numel.items() if f in mine}
+        layer.costs = _sum_layer(layer, by_name, layer_numel, variants.get(layer.name, {}))
     return gm

@@ -68,7 +68,10 @@ def _measure(name: str, dp_type: str, recompute: str, rank: int) -> dict:
         for b in blocks:
             b.forward = wrap(b.forward)
     if dp_type == "ddp":
-        root = DistributedDataParallel(model, gradient_as_bucket_view=True)
+        # broadcast_buffers=False: Llama's rotary tables are derived from the config (equal on
+        # every rank); broadcasting them flattens them into a forward-time temporary that the
+        # tracker would count as a block's activation on the receiving rank
+        root = DistributedDataParallel(model, gradient_as_bucket_view=True, broadcast_buffers=False)
         opt = torch.optim.AdamW(root.parameters(), lr=1e-3)
         tracker = MemTracker()
         tracker.track_external(root, opt, *local)
@@ -90,6 +93,11 @@ def _measure(name: str, dp_type: str, recompute: str, rank: int) -> dict:
         end_fw = tracker.get_tracker_snapshot()
         loss.backward()
         opt.step()
+        if dp_type == "ddp":
+            # DDP's reducer allocates its gradient buckets during the first backward and points
+            # ``.grad`` into them from C++, so the tracker files the buckets as backward
+            # temporaries; re-reading the parameters files the same storages as gradients
+            tracker.track_external(root)
         end_step = tracker.get_tracker_snapshot()
     block_act = []
     for b in blocks:
@@ -102,7 +110,7 @@ def _measure(name: str, dp_type: str, recompute: str, rank: int) -> dict:
         "unsharded_at_end_of_forward": _bytes(end_fw, *unsharded),
         "activation_at_end_of_forward": _bytes(end_fw, *act),
         "block_activation_bytes": block_act,
-        "loss": float(loss),
+        "loss": loss.detach().item(),
     }
 
 

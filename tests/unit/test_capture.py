@@ -128,6 +128,11 @@ def test_tied_embedding_is_shared_by_embedding_and_head():
     tied = [p for p in mg.params.values() if len(p.layers) > 1]
     assert len(tied) == 1 and set(tied[0].layers) == {"embedding", "head"}
     assert mg.num_params == sum(p.numel() for p in model.parameters())
+    # per-layer counts charge the tied weight once (to the embedding), never buffers
+    assert sum(l.costs.num_params for l in gfx.capture(model, inputs).layers) == mg.num_params
+    llama = gfx.capture(*zoo.build("llama-tiny", batch_size=2, seq_len=16))
+    assert sum(l.costs.num_params for l in llama.layers) == llama.num_params
+    assert any(p.is_buffer for p in llama.params.values())
 
 
 # ---- meta, fake and dynamic models -----------------------------------------------------------
