@@ -25,6 +25,7 @@ import json, resource, sys, time
 import torch
 from galvatron_fx import capture, zoo
 name, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+seq = min(seq, getattr(zoo.config(name), "max_seq_len", seq) or seq)  # gpt2-* stop at 1024
 t0 = time.perf_counter()
 model, inputs = zoo.build(name, batch_size=batch, seq_len=seq, device="meta")
 t1 = time.perf_counter()
@@ -48,7 +49,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048)
     args = ap.parse_args()
     results: dict = {}
-    print(f"{'model':<12} {'seconds':>8} {'peak RSS':>10} {'nodes':>6} {'layers':>6} {'kinds':>5} {'params':>10}")
+    print(f"{'model':<12} {'seq':>5} {'seconds':>8} {'peak RSS':>10} {'nodes':>6} {'layers':>6} {'kinds':>5} {'params':>10}")
     for name in args.models:
         out = subprocess.run([sys.executable, "-c", _CHILD, name, str(args.batch), str(args.seq)],
                              capture_output=True, text=True, check=False)
@@ -56,7 +57,7 @@ def main() -> None:
             raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
         row = json.loads(out.stdout.strip().splitlines()[-1])
         results[name] = row
-        print(f"{name:<12} {row['seconds']:>8.2f} {row['peak_rss_bytes'] / 2**30:>8.2f}Gi "
+        print(f"{name:<12} {row['seq']:>5} {row['seconds']:>8.2f} {row['peak_rss_bytes'] / 2**30:>8.2f}Gi "
               f"{row['num_nodes']:>6} {row['num_layers']:>6} {row['num_kinds']:>5} {row['num_params'] / 1e9:>9.2f}B")
     results["machine"] = machine()
     path = write_results("capture_speed", results)

@@ -248,7 +248,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
         ext = [a for a in env if a not in inside and not (isinstance(a, fx.Node) and a.op == "get_attr")]
         variants: dict[str, _Variant] = {}
         if any(rg.get(n, False) for n in nodes):
-            run = _layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm)
+            run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm)
             owned_inputs = sum(tensor_bytes(env[a]) for a in ext
                                if a.name not in param_nodes and a.name not in shared)
             try:
@@ -269,7 +269,7 @@ class _Variant:
     bwd_bytes: int
 
 
-def _layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule):
+def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule):
     """The layer as a function of its external inputs (parameters included), returning its outputs."""
 
     def run(*xs):

@@ -13,7 +13,7 @@ For every group size ``n`` that divides the world (>= 2) and every arrangement (
 once (as a plan's data- or tensor-parallel groups would). After ``warmup`` calls per size, it makes
 ``repeats`` passes over all sizes (interleaved, so a burst of load from other processes spoils one
 sample of many sizes rather than every sample of one), each after a world barrier; messages under
-2 MiB are timed as the mean of up to 8 back-to-back calls. A call's
+8 MiB are timed as the mean of up to 32 back-to-back calls. A call's
 time is the fastest rank of each group (the last to arrive sees the pure duration) and the slowest
 group; a row keeps the fastest pass, which is robust on shared hosts. Sizes follow the ``nbytes`` convention of
 ``galvatron_fx.cost_models.communication``. Point-to-point is timed as half a ping-pong for every
@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -183,8 +184,30 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float], *, keep_po
         best: dict[int, float] = {}
         for si, ti in zip(s, t):  # several arrangements of one size: keep the median
             best.setdefault(int(si), []).append(float(ti))  # type: ignore[arg-type]
-        points = tuple((k, float(np.median(v))) for k, v in sorted(best.items()))  # type: ignore[arg-type]
+        sizes = sorted(best)
+        smooth = _monotone([float(np.median(best[k])) for k in sizes], [len(best[k]) for k in sizes])
+        points = tuple(zip(sizes, smooth))
     return CollectiveFit(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), points=points)
+
+
+def _monotone(times: list[float], weights: list[int]) -> list[float]:
+    """The closest non-decreasing sequence (pool adjacent violators, geometric means).
+
+    Moving more bytes never takes less time, so a dip between sizes is scheduler noise in one
+    of them; pooling the offending neighbours averages it out instead of interpolating it.
+    """
+    blocks: list[list[float]] = []  # [sum of w*log t, sum of w, count]
+    for t, w in zip(times, weights):
+        blocks.append([w * math.log(t), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            lw, ww, cnt = blocks.pop()
+            blocks[-1][0] += lw
+            blocks[-1][1] += ww
+            blocks[-1][2] += cnt
+    out: list[float] = []
+    for lw, ww, cnt in blocks:
+        out.extend([math.exp(lw / ww)] * int(cnt))
+    return out
 
 
 def fit_rows(rows: Iterable[Mapping[str, Any]]) -> dict[TierName, dict[Collective, dict[int, CollectiveFit]]]:
@@ -379,7 +402,7 @@ def _interleaved(series, warmup: int, repeats: int, sync, barrier, bar, label: s
     times: list[list[float]] = [[] for _ in series]
     # small messages: time a few back-to-back calls (the same count on every rank, from the
     # size alone) so that one scheduler hiccup is averaged out rather than measured
-    inner = [min(8, max(1, 2 * MiB // max(real, 1))) for real, _ in series]
+    inner = [min(32, max(1, 8 * MiB // max(real, 1))) for real, _ in series]
     for _ in range(repeats):
         for i, (_, fn) in enumerate(series):
             barrier()

@@ -145,7 +145,7 @@ def _real_like(val, requires_grad: bool, device: torch.device, gen: torch.Genera
 
 def _layer_job(mg: ModelGraph, layer: LayerInfo, device: torch.device, seed: int = 0):
     """A zero-argument function running the layer forward then backward, returning (fwd_s, bwd_s)."""
-    from galvatron_fx.passes.annotate_costs import _layer_callable
+    from galvatron_fx.passes.annotate_costs import layer_callable
 
     by_name = mg.nodes_by_name()
     nodes = [by_name[n] for n in layer.node_names]
@@ -158,7 +158,7 @@ def _layer_job(mg: ModelGraph, layer: LayerInfo, device: torch.device, seed: int
     gen = torch.Generator().manual_seed(seed)
     xs = [_real_like(a.meta.get("val"), facts(a).requires_grad, device, gen) for a in ext]
     leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
-    run = _layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
+    run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def job() -> tuple[float, float]:
