@@ -1,0 +1,102 @@
+"""The ``CostModel`` protocol — everything the search asks of a cost model — and the analytic
+model that composes the parts in this package.
+
+Contract: a cost model answers in seconds and bytes, per rank, and never touches a graph. The
+search depends only on this protocol, so a measured or learned model can replace the analytic
+one without changing the solver.
+
+Parts of :class:`AnalyticCostModel`:
+- compute: :class:`~galvatron_fx.cost_models.compute.ComputeModel` (roofline on per-node facts,
+  corrected by calibrated efficiencies);
+- communication: :class:`~galvatron_fx.cost_models.communication.CommModel` (tier-aware,
+  hierarchical; profiled fits where the cluster has them), and compute/communication overlap;
+- resharding between layouts: :func:`~galvatron_fx.cost_models.reshard.reshard_time_s`;
+- memory: :func:`~galvatron_fx.cost_models.memory.layer_memory`;
+- pipeline schedules: :func:`~galvatron_fx.cost_models.pipeline.simulate` (event simulation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from galvatron_fx.cluster import Cluster, Collective
+from galvatron_fx.cost_models import memory as _memory
+from galvatron_fx.cost_models import pipeline as _pipeline
+from galvatron_fx.cost_models.communication import CommModel
+from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
+from galvatron_fx.cost_models.memory import LayerMemory, TPShard
+from galvatron_fx.cost_models.pipeline import PipelineResult, ScheduleKind, StageCost
+from galvatron_fx.cost_models.reshard import Layout, reshard_time_s
+from galvatron_fx.ir.graph import LayerCosts, LayerInfo, ModelGraph, ParamInfo
+from galvatron_fx.ir.strategy import LayerStrategy, Precision
+from galvatron_fx.recompute import Recompute
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What the search needs: compute, communication, resharding, memory, pipeline schedules."""
+
+    cluster: Cluster
+
+    def layer_times_s(self, mg: ModelGraph, layer: LayerInfo, *, batch_fraction: float = 1.0,
+                      tp_fraction: float = 1.0, recompute: Recompute | str = "none",
+                      rank: int = 0) -> tuple[float, float]:
+        """Forward and backward compute seconds of ``layer`` on one rank."""
+        ...
+
+    def collective_time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int) -> float:
+        """Seconds of one collective over ``ranks`` (``nbytes`` = the full tensor)."""
+        ...
+
+    def overlapped_s(self, compute_s: float, comm_s: float) -> float:
+        """Wall seconds of compute and communication running at the same time."""
+        ...
+
+    def reshard_time_s(self, nbytes: int, src: Layout, dst: Layout, ranks: Sequence[int], ndim: int) -> float:
+        """Seconds to move a tensor of ``nbytes`` from layout ``src`` to ``dst`` over ``ranks``."""
+        ...
+
+    def layer_memory(self, costs: LayerCosts, strategy: LayerStrategy, *, dp: int, micro_batch: float,
+                     captured_batch: int, params: list[ParamInfo] | None = None,
+                     tp_shard: TPShard | None = None) -> LayerMemory:
+        """Per-rank bytes of a layer under ``strategy``."""
+        ...
+
+    def simulate_pipeline(self, schedule: ScheduleKind | str, stages: Sequence[StageCost],
+                          num_microbatches: int, *, virtual_stages: int = 1) -> PipelineResult:
+        """Step time and per-stage peak memory of a pipeline schedule."""
+        ...
+
+
+class AnalyticCostModel:
+    """The default :class:`CostModel`, composed from this package's parts (see module doc)."""
+
+    def __init__(self, cluster: Cluster, *,
+                 efficiency: ComputeEfficiency | Mapping[str, ComputeEfficiency] | None = None,
+                 precision: Precision = Precision()):
+        self.cluster = cluster
+        self.precision = precision
+        self.compute = ComputeModel(cluster, efficiency, dtype=precision.compute_dtype)
+        self.comm = CommModel(cluster)
+
+    def layer_times_s(self, mg, layer, *, batch_fraction=1.0, tp_fraction=1.0, recompute="none", rank=0):
+        return self.compute.layer_times_s(mg, layer, batch_fraction=batch_fraction, tp_fraction=tp_fraction,
+                                          recompute=recompute, rank=rank)
+
+    def collective_time_s(self, collective, nbytes, ranks):
+        return self.comm.time_s(collective, nbytes, ranks)
+
+    def overlapped_s(self, compute_s, comm_s):
+        return self.comm.overlapped_s(compute_s, comm_s)
+
+    def reshard_time_s(self, nbytes, src, dst, ranks, ndim):
+        return reshard_time_s(self.comm, nbytes, src, dst, list(ranks), ndim)
+
+    def layer_memory(self, costs, strategy, *, dp, micro_batch, captured_batch, params=None, tp_shard=None):
+        return _memory.layer_memory(costs, strategy, dp=dp, micro_batch=micro_batch,
+                                    captured_batch=captured_batch, precision=self.precision,
+                                    params=params, tp_shard=tp_shard)
+
+    def simulate_pipeline(self, schedule, stages, num_microbatches, *, virtual_stages=1):
+        return _pipeline.simulate(schedule, list(stages), num_microbatches, virtual_stages=virtual_stages)
