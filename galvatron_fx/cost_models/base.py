@@ -45,6 +45,10 @@ class CostModel(Protocol):
         """Forward and backward compute seconds of ``layer`` on one rank."""
         ...
 
+    def node_time_s(self, flops: float, nbytes: float, *, rank: int = 0) -> float:
+        """Seconds of one kernel doing ``flops`` and moving ``nbytes`` on ``rank``'s device."""
+        ...
+
     def collective_time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int) -> float:
         """Seconds of one collective over ``ranks`` (``nbytes`` = the full tensor)."""
         ...
@@ -83,6 +87,9 @@ class AnalyticCostModel:
     def layer_times_s(self, mg, layer, *, batch_fraction=1.0, tp_fraction=1.0, recompute="none", rank=0):
         return self.compute.layer_times_s(mg, layer, batch_fraction=batch_fraction, tp_fraction=tp_fraction,
                                           recompute=recompute, rank=rank)
+
+    def node_time_s(self, flops, nbytes, *, rank=0):
+        return self.compute.node_time_s(flops, nbytes, rank=rank)
 
     def collective_time_s(self, collective, nbytes, ranks):
         return self.comm.time_s(collective, nbytes, ranks)

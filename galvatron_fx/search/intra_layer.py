@@ -1,0 +1,639 @@
+"""solve_intra_layer — the placement ILP inside one layer kind, for one tensor-parallel degree.
+
+Contract: takes an annotated :class:`~galvatron_fx.ir.ModelGraph`, one layer (the
+representative of its kind), a tensor-parallel degree ``tp``, a sequence-parallel mode and a
+cost model; returns a :class:`LayerOption`: one DTensor placement per value of the layer's
+decomposed forward graph, its compute and communication time per micro-batch, and how its
+parameters and activations divide. The graph is not changed; the result is cached per
+``(kind, tp, sp, cluster tier)``.
+
+Terms: the layer is re-traced (``make_fx`` on fake tensors) into the post-dispatch ATen ops
+that DTensor itself sees at run time (``addmm``, ``native_layer_norm``, ``view``, the
+attention kernel, …), so every placement the solver picks is one the runtime can execute.
+A *value* is one tensor output of a node; a *strategy* of a node fixes the placement of each
+of its tensor inputs and outputs on the 1-D ``tp`` mesh (``Replicate``, ``Shard(d)``,
+``Partial``). Strategies come from DTensor's own sharding propagator (its single-dim and op
+strategy functions), plus a short list of our overrides (``_OVERRIDES``) for kernels DTensor
+has no rule for.
+
+Formulation. Binary ``x[n,s]`` chooses strategy ``s`` of node ``n``; for every edge
+``e = (u → n, slot k)`` binary ``y[e,a,b]`` is the product ``x[u,a]·x[n,b]``; for every value
+``v`` and every gradient placement ``g`` a consumer may hand back, binary ``w[v,g]`` says
+that some consumer does, and ``z[v,g,a] = w[v,g]·x[u,a]``:
+
+    minimise   Σ_n Σ_s x[n,s]·compute(n,s)
+             + Σ_e Σ_{a,b} y[e,a,b]·fwd(out(u,a) → in(n,b,k))                       (1)
+             + Σ_v Σ_g Σ_a z[v,g,a]·bwd(g → dual(out(u,a)))                          (2)
+    s.t.       Σ_s x[n,s] = 1                                  (_add_choice_constraints)
+               Σ_b y[e,a,b] = x[u,a],  Σ_a y[e,a,b] = x[n,b]   (_add_edge_constraints)
+               w[v,g] ≥ x[n,b]   for each consumer strategy b handing back g
+               z[v,g,a] ≥ w[v,g] + x[u,a] − 1                  (_add_grad_constraints)
+               x fixed on the layer's inputs/outputs by the sequence-parallel mode
+
+``compute(n,s)`` is the node's measured forward+backward time, divided by ``tp`` when ``s``
+partitions the work (any sharded or partial tensor). (1) is the forward redistribution on every
+edge, costed by the reshard model. (2) is the backward: a consumer that reads a replicated
+input inside partitioned work returns a *partial* gradient (Megatron's "f": identity forward,
+all-reduce backward); the gradients of one value are summed first and redistributed once to
+the placement the producer's backward needs (``dual``: a partial output takes a replicated
+gradient, a replicated parameter all-reduces its gradient). On a transformer block this
+rediscovers Megatron's column→row pattern (two all-reduces forward, two backward; or, with
+sequence parallelism, all-gather/reduce-scatter pairs) with no model-specific rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import operator
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten
+
+from galvatron_fx.cluster import Collective
+from galvatron_fx.cost_models.base import CostModel
+from galvatron_fx.cost_models.reshard import Layout
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.meta import tensor_bytes
+from galvatron_fx.ir.strategy import SPMode
+from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+R = Replicate()
+P = Partial()
+
+
+def pstr(p: Placement | None) -> str:
+    """``Replicate()`` → ``R``, ``Shard(1)`` → ``S(1)``, ``Partial()`` → ``P``."""
+    if p is None:
+        return "-"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    return "P" if isinstance(p, Partial) else "R"
+
+
+def parse_placement(s: str) -> Placement:
+    if s == "R":
+        return R
+    if s == "P":
+        return P
+    if s.startswith("S(") and s.endswith(")"):
+        return Shard(int(s[2:-1]))
+    raise ValueError(f"not a placement: {s!r} (use R, P or S(d))")
+
+
+# ---- the decomposed layer ---------------------------------------------------------------------
+
+@dataclass
+class DecomposedLayer:
+    """The layer's forward as post-dispatch ATen ops, with per-node measured costs."""
+
+    gm: fx.GraphModule
+    inputs: list[fx.Node]  # placeholders, in the order of the layer's external inputs
+    input_roles: list[str]  # "param", "activation" (from another layer) or "other"
+    input_names: list[str]  # names of the original graph's external values
+    fwd_flops: dict[str, int] = field(default_factory=dict)
+    fwd_bytes: dict[str, int] = field(default_factory=dict)
+
+
+def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
+    """Re-trace ``layer`` into the ATen ops DTensor dispatches at run time, on fake tensors."""
+    by_name = mg.nodes_by_name()
+    nodes = [by_name[n] for n in layer.node_names]
+    inside = set(nodes)
+    ext: list[fx.Node] = []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in ext and a.op != "get_attr":
+                ext.append(a)
+    param_nodes = {node for p in mg.params.values() if not p.is_buffer for node in p.nodes}
+    roles = ["param" if a.name in param_nodes else
+             ("activation" if a.op != "placeholder" and _is_float(a) else "other") for a in ext]
+    run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        xs = [_fake(a.meta["val"]) for a in ext]
+        gm = make_fx(run, tracing_mode="real")(*xs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext])
+    _measure_forward(dl)
+    return dl
+
+
+def _is_float(n: fx.Node) -> bool:
+    v = n.meta.get("val")
+    return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+
+def _fake(val) -> torch.Tensor:
+    shape = [int(s) for s in val.shape]
+    return torch.empty(shape, dtype=val.dtype, device="cpu")
+
+
+def _measure_forward(dl: DecomposedLayer) -> None:
+    """FLOPs and bytes of every decomposed node's forward kernel (fake tensors)."""
+    env: dict[fx.Node, object] = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for n in dl.gm.graph.nodes:
+            if n.op == "placeholder":
+                env[n] = _fake(n.meta["val"])
+            elif n.op == "call_function":
+                args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+                kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+                with CostCounter() as cc:
+                    env[n] = n.target(*args, **kwargs)
+                dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
+
+
+# ---- strategies -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeStrategy:
+    """Placements of one node's tensor inputs (``None`` for non-tensors) and outputs."""
+
+    inputs: tuple[Placement | None, ...]
+    outputs: tuple[Placement | None, ...]
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether the work is split over the group (else every rank computes it all)."""
+        return any(isinstance(p, (Shard, Partial)) for p in self.inputs + self.outputs if p is not None)
+
+    def grad_of_input(self, k: int) -> Placement | None:
+        """The placement of the gradient this node hands back for tensor input ``k``."""
+        p = self.inputs[k]
+        if p is None:
+            return None
+        if isinstance(p, Partial):
+            return R
+        if isinstance(p, Replicate) and self.partitioned:
+            return P
+        return p
+
+
+def _tensor_meta(v):
+    from torch.distributed.tensor._dtensor_spec import TensorMeta
+
+    return TensorMeta(v.shape, v.stride(), v.dtype)
+
+
+def _candidates(v: torch.Tensor, tp: int) -> list[Placement]:
+    """Replicate, Partial, and Shard(d) on every dim that ``tp`` divides."""
+    out: list[Placement] = [R]
+    if v.is_floating_point():
+        out.append(P)
+    out += [Shard(d) for d in range(v.ndim) if v.shape[d] % tp == 0 and v.shape[d] >= tp]
+    return out
+
+
+def _even(placements, metas, tp: int) -> bool:
+    for p, m in zip(placements, metas):
+        if isinstance(p, Shard) and m is not None:
+            d = p.dim % len(m.shape)
+            if m.shape[d] % tp != 0:
+                return False
+    return True
+
+
+def _sdpa_cpu_strategies(node: fx.Node, tp: int) -> list[NodeStrategy]:
+    """Our rule for the CPU flash-attention kernel (DTensor has none): batch or heads sharded."""
+    q = node.args[0].meta["val"]
+    out = [NodeStrategy((R, R, R), (R, R))]
+    for d in (0, 1):
+        if q.shape[d] % tp == 0:
+            out.append(NodeStrategy((Shard(d), Shard(d), Shard(d)), (Shard(d), Shard(d))))
+    return out
+
+
+_OVERRIDES = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu_strategies,
+}
+_IGNORED = {aten._assert_tensor_metadata.default}
+
+
+def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
+    """Every strategy of ``node`` on a 1-D mesh of ``tp`` ranks (see module doc for sources)."""
+    op = node.target
+    if op in _OVERRIDES:
+        return _OVERRIDES[op](node, tp)
+    from torch.distributed.tensor import DTensor
+
+    prop = DTensor._op_dispatcher.sharding_propagator
+    tensor_args = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
+    in_vals = [a.meta["val"] for a in tensor_args]
+    out_vals = [v if isinstance(v, torch.Tensor) else None for v in _flat_outputs(node)]
+    found: set[NodeStrategy] = set()
+    if op in prop.op_single_dim_strategy_funcs:
+        found |= _from_single_dim(prop, node, in_vals, out_vals, tp)
+    elif op in prop.op_strategy_funcs:
+        found |= _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp)
+    replicate = NodeStrategy(tuple(R for _ in in_vals), tuple(R if v is not None else None for v in out_vals))
+    found.add(replicate)
+    return sorted(found, key=lambda s: (s != replicate, str(s)))
+
+
+def _flat_outputs(node: fx.Node) -> list:
+    v = node.meta.get("val")
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodeStrategy]:
+    from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
+
+    info = prop.op_single_dim_strategy_funcs[node.target]
+    args = torch.fx.node.map_arg(node.args, lambda a: _tensor_meta(a.meta["val"]))
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: _tensor_meta(a.meta["val"]))
+    try:
+        rules = info.func(node.target, args, kwargs)
+    except Exception as e:  # a rule that cannot handle these shapes: replicate only
+        log.debug("no single-dim strategies for %s: %s", node.format_node(), e)
+        return set()
+    out: set[NodeStrategy] = set()
+    n_out = len(out_vals)
+    metas = [_tensor_meta(v) if v is not None else None for v in out_vals] + [_tensor_meta(v) for v in in_vals]
+    for rule in rules:
+        placements = []
+        ok = True
+        for p in rule:
+            if isinstance(p, _ShardingPlaceholder):
+                p = Shard(p.dim)
+            if isinstance(p, Partial) and p.reduce_op != "sum":
+                ok = False
+            placements.append(p)
+        if not ok or len(placements) != n_out + len(in_vals) or not _even(placements, metas, tp):
+            continue
+        outs = tuple(p if out_vals[i] is not None else None for i, p in enumerate(placements[:n_out]))
+        out.add(NodeStrategy(tuple(placements[n_out:]), outs))
+    return out
+
+
+def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeStrategy]:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
+
+    fn = prop.op_strategy_funcs[node.target]
+    cands = [_candidates(a.meta["val"], tp) for a in tensor_args]
+    out: set[NodeStrategy] = set()
+
+    def schema_for(choice):
+        it = iter(choice)
+
+        def to_strategy(a):
+            p = next(it)
+            meta = _tensor_meta(a.meta["val"])
+            return OpStrategy([OpSpec(DTensorSpec(mesh, (p,), tensor_meta=meta))])
+
+        args = torch.fx.node.map_arg(node.args, to_strategy)
+        kwargs = torch.fx.node.map_arg(node.kwargs, to_strategy)
+        return OpSchema(node.target, args, kwargs)
+
+    combos = itertools.product(*cands) if math.prod(len(c) for c in cands) <= 256 else [tuple(R for _ in cands)]
+    for choice in combos:
+        try:
+            st = fn(schema_for(choice))
+        except Exception:
+            continue
+        specs = st.strategies if isinstance(st, OpStrategy) else None
+        if isinstance(st, TupleStrategy):
+            # multi-output view ops (split, unbind): one child per output, all following the input
+            children = st.children
+            if not all(isinstance(c, OpStrategy) and len(c.strategies) == 1 for c in children):
+                continue
+            ins = tuple(s.placements[0] for s in children[0].strategies[0].input_specs)
+            outs = tuple(c.strategies[0].output_spec.placements[0] for c in children)
+            out.add(NodeStrategy(ins, outs))
+            continue
+        for spec in specs or []:
+            ins = tuple(s.placements[0] if s is not None else None for s in (spec.input_specs or ()))
+            if len(ins) != len(tensor_args):
+                continue
+            outs_specs = spec.output_specs if isinstance(spec.output_specs, tuple) else (spec.output_specs,)
+            outs = tuple(s.placements[0] if s is not None else None for s in outs_specs)
+            if len(outs) != len(out_vals):
+                continue
+            metas = [_tensor_meta(a.meta["val"]) for a in tensor_args]
+            if _even(ins, metas, tp) and _even(outs, [(_tensor_meta(v) if v is not None else None) for v in out_vals], tp):
+                out.add(NodeStrategy(ins, outs))
+    return out
+
+
+# ---- the option a solve produces --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommEvent:
+    """One redistribution the plan performs: forward or backward, of which value."""
+
+    direction: str  # "fwd" | "bwd"
+    value: str
+    collective: str  # all_reduce, all_gather, reduce_scatter, all_to_all
+    nbytes: int
+    time_s: float
+
+
+@dataclass(frozen=True)
+class LayerOption:
+    """The solved placement of one layer kind at one tensor-parallel degree and SP mode.
+
+    Times are per micro-batch at the captured batch, one rank; ``param_fraction`` and
+    ``activation_fraction`` say how much of the layer's parameters and saved activations one
+    rank keeps (1/tp for a fully sharded layer).
+    """
+
+    kind: str
+    tp: int
+    sp: SPMode
+    placements: dict[str, str]  # decomposed node name -> "in1,in2->out1,out2"
+    compute_s: float
+    comm_fwd_s: float
+    comm_bwd_s: float
+    param_fraction: float
+    activation_fraction: float
+    comm: tuple[CommEvent, ...]
+    input_layout: tuple[str, ...]  # placement of each external activation input
+    output_layout: tuple[str, ...]
+    objective_s: float
+    solve_s: float
+    num_variables: int
+
+    def collectives(self, direction: str = "fwd") -> list[str]:
+        return sorted(e.collective for e in self.comm if e.direction == direction)
+
+
+# ---- the ILP ----------------------------------------------------------------------------------
+
+def _collective(src: Placement, dst: Placement) -> str | None:
+    if src == dst:
+        return None
+    if isinstance(src, Partial):
+        return Collective.REDUCE_SCATTER if isinstance(dst, Shard) else Collective.ALL_REDUCE
+    if isinstance(src, Shard) and isinstance(dst, Replicate):
+        return Collective.ALL_GATHER
+    if isinstance(src, Shard) and isinstance(dst, Shard):
+        return Collective.ALL_TO_ALL
+    if isinstance(dst, Partial):
+        return None  # R/S -> P is a local zeroing
+    return None  # R -> S is a local slice
+
+
+def _dual(p: Placement) -> Placement:
+    """The gradient placement the producer of a value with placement ``p`` needs."""
+    return R if isinstance(p, (Partial, Replicate)) else p
+
+
+def _layout_for(sp: SPMode, val: torch.Tensor) -> Placement:
+    """The placement of an activation crossing a layer boundary under ``sp``."""
+    if sp == SPMode.NONE or val.ndim < 2:
+        return R
+    return Shard(1)  # (B, T, ...) split on the sequence
+
+
+class _Model:
+    """Variable bookkeeping for ``scipy.optimize.milp``."""
+
+    def __init__(self):
+        self.cost: list[float] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+
+    def var(self, cost: float = 0.0) -> int:
+        self.cost.append(cost)
+        return len(self.cost) - 1
+
+    def row(self, coefs: dict[int, float], lo: float, hi: float) -> None:
+        self.rows.append((coefs, lo, hi))
+
+    def solve(self) -> np.ndarray:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import lil_matrix
+
+        n = len(self.cost)
+        a = lil_matrix((len(self.rows), n))
+        lo = np.empty(len(self.rows))
+        hi = np.empty(len(self.rows))
+        for i, (coefs, l, h) in enumerate(self.rows):
+            for j, c in coefs.items():
+                a[i, j] = c
+            lo[i], hi[i] = l, h
+        res = milp(np.asarray(self.cost), constraints=LinearConstraint(a.tocsr(), lo, hi),
+                   integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
+        if res.x is None:
+            raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")
+        return np.round(res.x).astype(int)
+
+
+def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
+                      *, ranks: list[int] | None = None, decomposed: DecomposedLayer | None = None) -> LayerOption:
+    """Solve the placement ILP of ``layer`` at tensor-parallel degree ``tp`` (see module doc)."""
+    t0 = time.perf_counter()
+    sp = SPMode(sp)
+    ranks = ranks if ranks is not None else list(range(tp))
+    dl = decomposed or decompose_layer(mg, layer)
+    mesh = _mesh(tp)
+    gm = dl.gm
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
+             and n.target is not operator.getitem]
+    # values: (node, output index); getitem nodes alias their source's output
+    alias: dict[fx.Node, tuple[fx.Node, int]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is operator.getitem:
+            src, idx = n.args
+            alias[n] = alias.get(src, (src, idx)) if src in alias else (src, idx)
+
+    def value_of(a: fx.Node) -> tuple[fx.Node, int]:
+        return alias.get(a, (a, 0))
+
+    strategies: dict[fx.Node, list[NodeStrategy]] = {}
+    role = dict(zip(dl.inputs, dl.input_roles))
+    for ph in dl.inputs:
+        val = ph.meta["val"]
+        if role[ph] == "param":
+            cands = [R] + [Shard(d) for d in range(val.ndim) if val.shape[d] % tp == 0 and val.shape[d] >= tp]
+        elif role[ph] == "activation":
+            cands = [_layout_for(sp, val)]
+        else:
+            cands = [R]
+        strategies[ph] = [NodeStrategy((), (p,)) for p in cands]
+    for n in calls:
+        strategies[n] = node_strategies(n, mesh, tp)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    out_vals = [value_of(a) for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
+
+    m = _Model()
+    x: dict[fx.Node, list[int]] = {}
+    for n, ss in strategies.items():
+        t_node = 0.0
+        if n.op == "call_function":
+            flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
+            # forward + backward (≈ 2× forward FLOPs and bytes, as measured on whole layers)
+            t_node = 3 * cost_model.node_time_s(flops, nbytes) if (flops or nbytes) else 0.0
+        x[n] = [m.var(t_node / tp if s.partitioned else t_node) for s in ss]
+        m.row({v: 1.0 for v in x[n]}, 1, 1)
+    # the layer's outputs cross to the next layer in the sequence-parallel layout
+    for v in out_vals:
+        node, idx = v
+        want = _layout_for(sp, _val(node, idx)) if _is_activation_value(node, idx) else None
+        for s, var in zip(strategies[node], x[node]):
+            if want is not None and s.outputs[idx] != want:
+                m.row({var: 1.0}, 0, 0)
+
+    tier_ranks = ranks
+    fwd_events: list[tuple[int, str, str, int, float]] = []
+    bwd_events: list[tuple[int, str, str, int, float]] = []
+    consumers: dict[tuple[fx.Node, int], list[tuple[fx.Node, int]]] = defaultdict(list)
+    for n in calls:
+        tensor_args = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
+        for k, a in enumerate(tensor_args):
+            u, idx = value_of(a)
+            if u not in strategies:
+                continue
+            consumers[(u, idx)].append((n, k))
+            val = _val(u, idx)
+            nbytes = tensor_bytes(val)
+            for ia, sa in enumerate(strategies[u]):
+                for ib, sb in enumerate(strategies[n]):
+                    src, dst = sa.outputs[idx], sb.inputs[k]
+                    if src is None or dst is None or src == dst:
+                        continue
+                    t = _reshard_s(cost_model, nbytes, src, dst, tier_ranks, val.ndim)
+                    coll = _collective(src, dst)
+                    if t <= 0 and coll is None:
+                        continue
+                    y = m.var(t)
+                    m.row({y: 1.0, x[u][ia]: -1.0}, -np.inf, 0)
+                    m.row({y: 1.0, x[n][ib]: -1.0}, -np.inf, 0)
+                    m.row({y: 1.0, x[u][ia]: -1.0, x[n][ib]: -1.0}, -1, np.inf)
+                    if coll is not None:
+                        fwd_events.append((y, f"{u.name}[{idx}]", str(coll), nbytes, t))
+    # backward: gradients of each value, summed, then redistributed once to dual(producer)
+    for (u, idx), cons in consumers.items():
+        val = _val(u, idx)
+        if not (val.is_floating_point()):
+            continue
+        if u.op == "placeholder" and role.get(u) == "other":
+            continue
+        nbytes = tensor_bytes(val)
+        grads: dict[str, int] = {}
+        for n, k in cons:
+            for ib, sb in enumerate(strategies[n]):
+                g = sb.grad_of_input(k)
+                if g is None:
+                    continue
+                key = pstr(g)
+                if key not in grads:
+                    grads[key] = m.var(0.0)
+                m.row({grads[key]: 1.0, x[n][ib]: -1.0}, 0, np.inf)
+        for key, w in grads.items():
+            g = parse_placement(key)
+            for ia, sa in enumerate(strategies[u]):
+                need = _dual(sa.outputs[idx])
+                if g == need:
+                    continue
+                t = _reshard_s(cost_model, nbytes, g, need, tier_ranks, val.ndim)
+                coll = _collective(g, need)
+                if t <= 0:
+                    continue
+                z = m.var(t)
+                m.row({z: 1.0, w: -1.0, x[u][ia]: -1.0}, -1, np.inf)
+                if coll is not None:
+                    bwd_events.append((z, f"{u.name}[{idx}]", str(coll), nbytes, t))
+    sol = m.solve()
+    chosen = {n: strategies[n][next(i for i, v in enumerate(vs) if sol[v])] for n, vs in x.items()}
+    events = tuple(CommEvent("fwd", v, c, b, t) for var, v, c, b, t in fwd_events if sol[var]) + \
+        tuple(CommEvent("bwd", v, c, b, t) for var, v, c, b, t in bwd_events if sol[var])
+    compute_s = float(sum(m.cost[v] for vs in x.values() for v in vs if sol[v]))
+    objective = float(np.dot(np.asarray(m.cost), sol))
+    option = LayerOption(
+        kind=layer.kind, tp=tp, sp=sp,
+        placements={n.name: _fmt(s) for n, s in chosen.items()},
+        compute_s=compute_s,
+        comm_fwd_s=sum(e.time_s for e in events if e.direction == "fwd"),
+        comm_bwd_s=sum(e.time_s for e in events if e.direction == "bwd"),
+        param_fraction=_param_fraction(dl, chosen, tp),
+        activation_fraction=_activation_fraction(dl, chosen, calls, tp),
+        comm=events,
+        input_layout=tuple(pstr(chosen[ph].outputs[0]) for ph in dl.inputs if role[ph] == "activation"),
+        output_layout=tuple(pstr(chosen[u].outputs[i]) for u, i in out_vals),
+        objective_s=objective,
+        solve_s=time.perf_counter() - t0,
+        num_variables=len(m.cost),
+    )
+    log.info("intra-layer ILP %s tp=%d sp=%s: %d variables, %.3f s, fwd comm %s", layer.name, tp, sp,
+             len(m.cost), option.solve_s, option.collectives("fwd"))
+    return option
+
+
+def _val(node: fx.Node, idx: int) -> torch.Tensor:
+    v = node.meta["val"]
+    return v[idx] if isinstance(v, (list, tuple)) else v
+
+
+def _is_activation_value(node: fx.Node, idx: int) -> bool:
+    v = _val(node, idx)
+    return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+
+def _fmt(s: NodeStrategy) -> str:
+    return ",".join(pstr(p) for p in s.inputs) + "->" + ",".join(pstr(p) for p in s.outputs)
+
+
+def _reshard_s(cost_model: CostModel, nbytes: int, src: Placement, dst: Placement, ranks: list[int], ndim: int) -> float:
+    if isinstance(dst, Partial):
+        return 0.0
+    n = len(ranks)
+    return cost_model.reshard_time_s(nbytes, Layout((n,), (src,)), Layout((n,), (dst,)), ranks, ndim)
+
+
+def _param_fraction(dl: DecomposedLayer, chosen: dict, tp: int) -> float:
+    total = local = 0
+    for ph, role in zip(dl.inputs, dl.input_roles):
+        if role != "param":
+            continue
+        b = tensor_bytes(ph.meta["val"])
+        total += b
+        local += b / tp if isinstance(chosen[ph].outputs[0], Shard) else b
+    return local / total if total else 1.0
+
+
+def _activation_fraction(dl: DecomposedLayer, chosen: dict, calls: list[fx.Node], tp: int) -> float:
+    """Share of the forward's output bytes one rank holds (sharded outputs count 1/tp)."""
+    total = local = 0.0
+    for n in calls:
+        for p, v in zip(chosen[n].outputs, _flat_outputs(n)):
+            if not isinstance(v, torch.Tensor) or p is None:
+                continue
+            b = tensor_bytes(v)
+            total += b
+            local += b / tp if isinstance(p, Shard) else b
+    return local / total if total else 1.0
+
+
+_MESHES: dict[int, object] = {}
+
+
+def _mesh(tp: int):
+    """A 1-D device mesh of ``tp`` ranks for the strategy functions (a fake group if none)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if tp in _MESHES:
+        return _MESHES[tp]
+    if not dist.is_initialized():
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1 << 16)
+    if tp > dist.get_world_size():
+        raise PlanError(f"tp={tp} is larger than the process group ({dist.get_world_size()} ranks)")
+    mesh = DeviceMesh("cpu", torch.arange(tp), _init_backend=False)
+    _MESHES[tp] = mesh
+    return mesh
