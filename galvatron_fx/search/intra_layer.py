@@ -120,8 +120,15 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
             if a not in inside and a not in ext and a.op != "get_attr":
                 ext.append(a)
     param_nodes = {node for p in mg.params.values() if not p.is_buffer for node in p.nodes}
+    readers: dict[str, int] = defaultdict(int)
+    for other in mg.layers:
+        for name in other.input_names:
+            readers[name] += 1
+    # the hidden state handed from the previous layer follows the sequence-parallel layout;
+    # values many layers read (rotary tables, masks, an encoder output) stay replicated
     roles = ["param" if a.name in param_nodes else
-             ("activation" if a.op != "placeholder" and _is_float(a) else "other") for a in ext]
+             ("activation" if a.op != "placeholder" and _is_float(a) and readers[a.name] == 1 else "other")
+             for a in ext]
     run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
     with FakeTensorMode(allow_non_fake_inputs=True):
         xs = [_fake(a.meta["val"]) for a in ext]
@@ -198,7 +205,20 @@ def _candidates(v: torch.Tensor, tp: int) -> list[Placement]:
     return out
 
 
+def _plain(placements) -> bool:
+    """Only Replicate, Shard and Partial(sum): no strided or other exotic shards."""
+    for p in placements:
+        if p is None or type(p) in (Replicate, Shard):
+            continue
+        if type(p) is Partial and p.reduce_op == "sum":
+            continue
+        return False
+    return True
+
+
 def _even(placements, metas, tp: int) -> bool:
+    if not _plain(placements):
+        return False
     for p, m in zip(placements, metas):
         if isinstance(p, Shard) and m is not None:
             d = p.dim % len(m.shape)
@@ -208,12 +228,19 @@ def _even(placements, metas, tp: int) -> bool:
 
 
 def _sdpa_cpu_strategies(node: fx.Node, tp: int) -> list[NodeStrategy]:
-    """Our rule for the CPU flash-attention kernel (DTensor has none): batch or heads sharded."""
-    q = node.args[0].meta["val"]
-    out = [NodeStrategy((R, R, R), (R, R))]
+    """Our rule for the CPU flash-attention kernel (DTensor has none): batch or heads sharded.
+
+    An attention mask / position bias (4-D, possibly broadcast) follows q on the sharded dim
+    where it has that size, else stays replicated.
+    """
+    tensors = [a.meta["val"] for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
+    q = tensors[0]
+    out = [NodeStrategy(tuple(R for _ in tensors), (R, R))]
     for d in (0, 1):
         if q.shape[d] % tp == 0:
-            out.append(NodeStrategy((Shard(d), Shard(d), Shard(d)), (Shard(d), Shard(d))))
+            ins = tuple(Shard(d) if i < 3 or (t.ndim == 4 and t.shape[d] == q.shape[d]) else R
+                        for i, t in enumerate(tensors))
+            out.append(NodeStrategy(ins, (Shard(d), Shard(d))))
     return out
 
 
@@ -295,8 +322,15 @@ def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeSt
             meta = _tensor_meta(a.meta["val"])
             return OpStrategy([OpSpec(DTensorSpec(mesh, (p,), tensor_meta=meta))])
 
-        args = torch.fx.node.map_arg(node.args, to_strategy)
-        kwargs = torch.fx.node.map_arg(node.kwargs, to_strategy)
+        def wrap(a):
+            if isinstance(a, fx.Node):
+                return to_strategy(a)
+            if isinstance(a, (list, tuple)) and a and all(isinstance(x, fx.Node) for x in a):
+                return TupleStrategy([to_strategy(x) for x in a])  # a tensor list (cat, stack)
+            return a
+
+        args = tuple(wrap(a) for a in node.args)
+        kwargs = {k: wrap(v) for k, v in node.kwargs.items()}
         return OpSchema(node.target, args, kwargs)
 
     combos = itertools.product(*cands) if math.prod(len(c) for c in cands) <= 256 else [tuple(R for _ in cands)]
@@ -404,10 +438,12 @@ class _Model:
 
     def __init__(self):
         self.cost: list[float] = []
+        self.compute_cost: list[float] = []
         self.rows: list[tuple[dict[int, float], float, float]] = []
 
-    def var(self, cost: float = 0.0) -> int:
+    def var(self, cost: float = 0.0, *, compute: bool = False) -> int:
         self.cost.append(cost)
+        self.compute_cost.append(cost if compute else 0.0)
         return len(self.cost) - 1
 
     def row(self, coefs: dict[int, float], lo: float, hi: float) -> None:
@@ -432,145 +468,314 @@ class _Model:
         return np.round(res.x).astype(int)
 
 
-def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
-                      *, ranks: list[int] | None = None, decomposed: DecomposedLayer | None = None) -> LayerOption:
-    """Solve the placement ILP of ``layer`` at tensor-parallel degree ``tp`` (see module doc)."""
-    t0 = time.perf_counter()
+@dataclass
+class _Value:
+    """One tensor value of the decomposed layer: who makes it, who reads it."""
+
+    producer: str
+    index: int
+    nbytes: int
+    ndim: int
+    has_grad: bool
+    consumers: list[tuple[str, int]]  # (node, tensor-input slot)
+
+
+@dataclass
+class PlacementProblem:
+    """The ILP's data, independent of fx: what :func:`solve_placement` and :func:`evaluate`
+    read. Node ids are in topological order; ``fixed`` forbids strategies (layer boundaries)."""
+
+    nodes: list[str]
+    strategies: dict[str, list[NodeStrategy]]
+    compute_s: dict[str, list[float]]
+    values: list[_Value]
+    view_like: set[str]
+    reshard_s: object  # (src, dst, nbytes, ndim) -> seconds
+    forbidden: set[tuple[str, int]] = field(default_factory=set)
+
+    def passes(self, node: str, s: NodeStrategy) -> bool:
+        return node in self.view_like and _passes_through(s)
+
+
+def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, list[tuple[str, str, str, float]]]:
+    """The objective of one assignment, computed directly (the oracle the ILP is tested against).
+
+    Returns the total seconds and the redistributions ``(direction, value, collective, seconds)``.
+    """
+    pr = problem
+    total = sum(pr.compute_s[n][choice[n]] for n in pr.nodes)
+    events: list[tuple[str, str, str, float]] = []
+    gp: dict[tuple[str, int], bool] = {}
+    order = {n: i for i, n in enumerate(pr.nodes)}
+    for v in sorted(pr.values, key=lambda v: -order[v.producer]):
+        sa = pr.strategies[v.producer][choice[v.producer]]
+        src = sa.outputs[v.index]
+        if src is None:
+            continue
+        fwd: set[str] = set()
+        grads: set[str] = set()
+        for n, k in v.consumers:
+            sb = pr.strategies[n][choice[n]]
+            dst = sb.inputs[k] if k < len(sb.inputs) else None
+            if dst is not None and dst != src and not isinstance(dst, Partial):
+                fwd.add(pstr(dst))
+            if not v.has_grad or dst is None:
+                continue
+            if pr.passes(n, sb):
+                if gp.get((n, 0), False):
+                    grads.add("P")
+                continue
+            g = sb.grad_of_input(k)
+            if g is not None:
+                grads.add(pstr(g))
+        name = f"{v.producer}[{v.index}]"
+        for key in sorted(fwd):
+            t = pr.reshard_s(src, parse_placement(key), v.nbytes, v.ndim)
+            total += t
+            if (c := _collective(src, parse_placement(key))) is not None and t > 0:
+                events.append(("fwd", name, str(c), t))
+        want = _dual(src)
+        for key in sorted(grads):
+            g = parse_placement(key)
+            if g == want:
+                continue
+            if isinstance(g, Partial) and pr.passes(v.producer, sa):
+                gp[(v.producer, v.index)] = True
+                continue
+            t = pr.reshard_s(g, want, v.nbytes, v.ndim)
+            total += t
+            if (c := _collective(g, want)) is not None and t > 0:
+                events.append(("bwd", name, str(c), t))
+    return total, events
+
+
+def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, int]:
+    """Solve the ILP of the module doc on ``problem``: (choice per node, objective, #variables)."""
+    pr = problem
+    m = _Model()
+    x = {n: [m.var(c) for c in pr.compute_s[n]] for n in pr.nodes}
+    for n in pr.nodes:  # _add_choice_constraints: exactly one strategy per node
+        m.row({v: 1.0 for v in x[n]}, 1, 1)
+    for n, i in pr.forbidden:
+        m.row({x[n][i]: 1.0}, 0, 0)
+    gp = {(n, 0): m.var(0.0) for n in pr.nodes if n in pr.view_like}
+    for v in pr.values:
+        pairs = {(n, k): _pair_vars(m, x[v.producer], x[n]) for n, k in v.consumers}  # _add_edge_constraints
+        for ia, sa in enumerate(pr.strategies[v.producer]):
+            src = sa.outputs[v.index]
+            if src is None:
+                continue
+            need_fwd: dict[str, list[int]] = defaultdict(list)
+            need_bwd: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
+            for n, k in v.consumers:
+                for ib, sb in enumerate(pr.strategies[n]):
+                    pv = pairs[(n, k)][ia][ib]
+                    dst = sb.inputs[k] if k < len(sb.inputs) else None
+                    if dst is not None and dst != src and not isinstance(dst, Partial):
+                        need_fwd[pstr(dst)].append(pv)
+                    if not v.has_grad or dst is None:
+                        continue
+                    if pr.passes(n, sb):
+                        need_bwd["P"].append((pv, gp[(n, 0)]))  # partial only if the view's output is
+                    elif (g := sb.grad_of_input(k)) is not None:
+                        need_bwd[pstr(g)].append((pv, None))
+            for key, pvs in need_fwd.items():
+                t = pr.reshard_s(src, parse_placement(key), v.nbytes, v.ndim)
+                _charge(m, [(pv, None) for pv in pvs], t)
+            want = _dual(src)
+            for key, pvs in need_bwd.items():  # _add_grad_constraints
+                g = parse_placement(key)
+                if g == want:
+                    continue
+                if isinstance(g, Partial) and pr.passes(v.producer, sa):
+                    for pv, cond in pvs:  # hand the partial gradient on: gp[v] >= pv (AND cond)
+                        _at_least(m, gp[(v.producer, v.index)], pv, cond)
+                    continue
+                _charge(m, pvs, pr.reshard_s(g, want, v.nbytes, v.ndim))
+    sol = m.solve()
+    choice = {n: next(i for i, var in enumerate(vs) if sol[var]) for n, vs in x.items()}
+    return choice, float(np.dot(np.asarray(m.cost), sol)), len(m.cost)
+
+
+def _at_least(m: _Model, var: int, pv: int, cond: int | None) -> None:
+    """``var >= pv`` (or ``var >= pv AND cond``, linearised as ``var >= pv + cond - 1``)."""
+    if cond is None:
+        m.row({var: 1.0, pv: -1.0}, 0, np.inf)
+    else:
+        m.row({var: 1.0, pv: -1.0, cond: -1.0}, -1, np.inf)
+
+
+def _charge(m: _Model, pvs: list[tuple[int, int | None]], t: float) -> None:
+    """Pay ``t`` once if any of the (pair variable AND condition) terms holds."""
+    if t <= 0 or not pvs:
+        return
+    if len(pvs) == 1 and pvs[0][1] is None:
+        m.cost[pvs[0][0]] += t
+        return
+    var = m.var(t)
+    for pv, cond in pvs:
+        _at_least(m, var, pv, cond)
+
+
+def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: CostModel,
+                  ranks: list[int], *, shard_params: bool = False) -> tuple[PlacementProblem, dict[str, fx.Node]]:
+    """The :class:`PlacementProblem` of a decomposed layer at degree ``tp`` under ``sp``.
+
+    ``shard_params`` forbids replicating any matrix parameter that can be sharded: the
+    memory-lean variant (the time-optimal one may replicate small weights and all-reduce their
+    gradients instead).
+    """
     sp = SPMode(sp)
-    ranks = ranks if ranks is not None else list(range(tp))
-    dl = decomposed or decompose_layer(mg, layer)
     mesh = _mesh(tp)
     gm = dl.gm
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
              and n.target is not operator.getitem]
-    # values: (node, output index); getitem nodes alias their source's output
-    alias: dict[fx.Node, tuple[fx.Node, int]] = {}
+    alias: dict[fx.Node, tuple[fx.Node, int]] = {}  # getitem nodes alias their source's output
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is operator.getitem:
             src, idx = n.args
-            alias[n] = alias.get(src, (src, idx)) if src in alias else (src, idx)
+            alias[n] = alias[src] if src in alias else (src, idx)
 
     def value_of(a: fx.Node) -> tuple[fx.Node, int]:
         return alias.get(a, (a, 0))
 
-    strategies: dict[fx.Node, list[NodeStrategy]] = {}
+    strategies: dict[str, list[NodeStrategy]] = {}
     role = dict(zip(dl.inputs, dl.input_roles))
     for ph in dl.inputs:
         val = ph.meta["val"]
         if role[ph] == "param":
             cands = [R] + [Shard(d) for d in range(val.ndim) if val.shape[d] % tp == 0 and val.shape[d] >= tp]
+            if shard_params and val.ndim >= 2 and len(cands) > 1:
+                cands = cands[1:]
         elif role[ph] == "activation":
             cands = [_layout_for(sp, val)]
         else:
             cands = [R]
-        strategies[ph] = [NodeStrategy((), (p,)) for p in cands]
+        strategies[ph.name] = [NodeStrategy((), (p,)) for p in cands]
+    compute: dict[str, list[float]] = {ph.name: [0.0] * len(strategies[ph.name]) for ph in dl.inputs}
     for n in calls:
-        strategies[n] = node_strategies(n, mesh, tp)
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    out_vals = [value_of(a) for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
-
-    m = _Model()
-    x: dict[fx.Node, list[int]] = {}
-    for n, ss in strategies.items():
-        t_node = 0.0
-        if n.op == "call_function":
-            flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
-            # forward + backward (≈ 2× forward FLOPs and bytes, as measured on whole layers)
-            t_node = 3 * cost_model.node_time_s(flops, nbytes) if (flops or nbytes) else 0.0
-        x[n] = [m.var(t_node / tp if s.partitioned else t_node) for s in ss]
-        m.row({v: 1.0 for v in x[n]}, 1, 1)
-    # the layer's outputs cross to the next layer in the sequence-parallel layout
-    for v in out_vals:
-        node, idx = v
-        want = _layout_for(sp, _val(node, idx)) if _is_activation_value(node, idx) else None
-        for s, var in zip(strategies[node], x[node]):
-            if want is not None and s.outputs[idx] != want:
-                m.row({var: 1.0}, 0, 0)
-
-    tier_ranks = ranks
-    fwd_events: list[tuple[int, str, str, int, float]] = []
-    bwd_events: list[tuple[int, str, str, int, float]] = []
-    consumers: dict[tuple[fx.Node, int], list[tuple[fx.Node, int]]] = defaultdict(list)
+        strategies[n.name] = node_strategies(n, mesh, tp)
+        flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
+        # forward + backward: the backward of a kernel costs about twice its forward
+        t = 3 * cost_model.node_time_s(flops, nbytes) if (flops or nbytes) else 0.0
+        compute[n.name] = [t / tp if s.partitioned else t for s in strategies[n.name]]
+    consumers: dict[tuple[fx.Node, int], list[tuple[str, int]]] = defaultdict(list)
     for n in calls:
         tensor_args = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
         for k, a in enumerate(tensor_args):
             u, idx = value_of(a)
-            if u not in strategies:
-                continue
-            consumers[(u, idx)].append((n, k))
-            val = _val(u, idx)
-            nbytes = tensor_bytes(val)
-            for ia, sa in enumerate(strategies[u]):
-                for ib, sb in enumerate(strategies[n]):
-                    src, dst = sa.outputs[idx], sb.inputs[k]
-                    if src is None or dst is None or src == dst:
-                        continue
-                    t = _reshard_s(cost_model, nbytes, src, dst, tier_ranks, val.ndim)
-                    coll = _collective(src, dst)
-                    if t <= 0 and coll is None:
-                        continue
-                    y = m.var(t)
-                    m.row({y: 1.0, x[u][ia]: -1.0}, -np.inf, 0)
-                    m.row({y: 1.0, x[n][ib]: -1.0}, -np.inf, 0)
-                    m.row({y: 1.0, x[u][ia]: -1.0, x[n][ib]: -1.0}, -1, np.inf)
-                    if coll is not None:
-                        fwd_events.append((y, f"{u.name}[{idx}]", str(coll), nbytes, t))
-    # backward: gradients of each value, summed, then redistributed once to dual(producer)
+            if u.name in strategies:
+                consumers[(u, idx)].append((n.name, k))
+    values = []
     for (u, idx), cons in consumers.items():
         val = _val(u, idx)
-        if not (val.is_floating_point()):
+        has_grad = val.is_floating_point() and not (u.op == "placeholder" and role.get(u) == "other")
+        values.append(_Value(u.name, idx, tensor_bytes(val), val.ndim, has_grad, cons))
+    forbidden: set[tuple[str, int]] = set()
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    for a in tree_flatten(out_node.args)[0]:
+        if not isinstance(a, fx.Node):
             continue
-        if u.op == "placeholder" and role.get(u) == "other":
-            continue
-        nbytes = tensor_bytes(val)
-        grads: dict[str, int] = {}
-        for n, k in cons:
-            for ib, sb in enumerate(strategies[n]):
-                g = sb.grad_of_input(k)
-                if g is None:
-                    continue
-                key = pstr(g)
-                if key not in grads:
-                    grads[key] = m.var(0.0)
-                m.row({grads[key]: 1.0, x[n][ib]: -1.0}, 0, np.inf)
-        for key, w in grads.items():
-            g = parse_placement(key)
-            for ia, sa in enumerate(strategies[u]):
-                need = _dual(sa.outputs[idx])
-                if g == need:
-                    continue
-                t = _reshard_s(cost_model, nbytes, g, need, tier_ranks, val.ndim)
-                coll = _collective(g, need)
-                if t <= 0:
-                    continue
-                z = m.var(t)
-                m.row({z: 1.0, w: -1.0, x[u][ia]: -1.0}, -1, np.inf)
-                if coll is not None:
-                    bwd_events.append((z, f"{u.name}[{idx}]", str(coll), nbytes, t))
-    sol = m.solve()
-    chosen = {n: strategies[n][next(i for i, v in enumerate(vs) if sol[v])] for n, vs in x.items()}
-    events = tuple(CommEvent("fwd", v, c, b, t) for var, v, c, b, t in fwd_events if sol[var]) + \
-        tuple(CommEvent("bwd", v, c, b, t) for var, v, c, b, t in bwd_events if sol[var])
-    compute_s = float(sum(m.cost[v] for vs in x.values() for v in vs if sol[v]))
-    objective = float(np.dot(np.asarray(m.cost), sol))
+        u, idx = value_of(a)
+        if _is_activation_value(u, idx):  # the layer hands on its output in the SP layout
+            want = _layout_for(sp, _val(u, idx))
+            forbidden |= {(u.name, i) for i, s in enumerate(strategies[u.name]) if s.outputs[idx] != want}
+    nodes = [ph.name for ph in dl.inputs] + [n.name for n in calls]
+
+    def reshard(src, dst, nbytes, ndim):
+        return _reshard_s(cost_model, nbytes, src, dst, ranks, ndim)
+
+    problem = PlacementProblem(nodes=nodes, strategies=strategies, compute_s=compute, values=values,
+                               view_like={n.name for n in calls if _is_view_like(n)},
+                               reshard_s=reshard, forbidden=forbidden)
+    return problem, {n.name: n for n in gm.graph.nodes}
+
+
+def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
+                      *, ranks: list[int] | None = None, decomposed: DecomposedLayer | None = None,
+                      shard_params: bool = False) -> LayerOption:
+    """Solve the placement ILP of ``layer`` at tensor-parallel degree ``tp`` (see module doc)."""
+    t0 = time.perf_counter()
+    sp = SPMode(sp)
+    ranks = ranks if ranks is not None else list(range(tp))
+    dl = decomposed or decompose_layer(mg, layer)
+    problem, by_name = build_problem(dl, tp, sp, cost_model, ranks, shard_params=shard_params)
+    choice, objective, num_vars = solve_placement(problem)
+    chosen = {n: problem.strategies[n][i] for n, i in choice.items()}
+    total, events = evaluate(problem, choice)
+    assert abs(total - objective) <= 1e-9 + 1e-6 * abs(objective), \
+        f"ILP objective {objective} != evaluated {total} for {layer.name}"
+    comm = tuple(CommEvent(d, v, c, _bytes_of(problem, v), t)
+                 for d, v, c, t in events)
+    compute_s = sum(problem.compute_s[n][i] for n, i in choice.items())
+    role = dict(zip((ph.name for ph in dl.inputs), dl.input_roles))
+    out_node = next(n for n in dl.gm.graph.nodes if n.op == "output")
+    outs = [a for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
     option = LayerOption(
         kind=layer.kind, tp=tp, sp=sp,
-        placements={n.name: _fmt(s) for n, s in chosen.items()},
+        placements={n: _fmt(s) for n, s in chosen.items()},
         compute_s=compute_s,
-        comm_fwd_s=sum(e.time_s for e in events if e.direction == "fwd"),
-        comm_bwd_s=sum(e.time_s for e in events if e.direction == "bwd"),
-        param_fraction=_param_fraction(dl, chosen, tp),
-        activation_fraction=_activation_fraction(dl, chosen, calls, tp),
-        comm=events,
-        input_layout=tuple(pstr(chosen[ph].outputs[0]) for ph in dl.inputs if role[ph] == "activation"),
-        output_layout=tuple(pstr(chosen[u].outputs[i]) for u, i in out_vals),
+        comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
+        comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
+        param_fraction=_param_fraction(dl, {by_name[n]: s for n, s in chosen.items()}, tp),
+        activation_fraction=_activation_fraction(dl, {by_name[n]: s for n, s in chosen.items()},
+                                                 [by_name[n] for n in problem.nodes if n not in role], tp),
+        comm=comm,
+        input_layout=tuple(pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
+        output_layout=tuple(_out_placement(chosen, a) for a in outs),
         objective_s=objective,
         solve_s=time.perf_counter() - t0,
-        num_variables=len(m.cost),
+        num_variables=num_vars,
     )
     log.info("intra-layer ILP %s tp=%d sp=%s: %d variables, %.3f s, fwd comm %s", layer.name, tp, sp,
-             len(m.cost), option.solve_s, option.collectives("fwd"))
+             num_vars, option.solve_s, option.collectives("fwd"))
     return option
+
+
+def _bytes_of(problem: PlacementProblem, value: str) -> int:
+    for v in problem.values:
+        if f"{v.producer}[{v.index}]" == value:
+            return v.nbytes
+    return 0
+
+
+def _out_placement(chosen: dict[str, NodeStrategy], a: fx.Node) -> str:
+    if a.target is operator.getitem:
+        src, idx = a.args
+        return pstr(chosen[src.name].outputs[idx]) if src.name in chosen else "-"
+    return pstr(chosen[a.name].outputs[0]) if a.name in chosen else "-"
+
+
+_VIEW_LIKE = {getattr(aten, n) for n in ("view", "_unsafe_view", "reshape", "t", "transpose", "permute",
+                                         "unsqueeze", "squeeze", "expand", "alias", "clone", "_to_copy")
+              if hasattr(aten, n)}
+
+
+def _is_view_like(n: fx.Node) -> bool:
+    """Single-input ops that are linear in their input: a partial gradient passes through them."""
+    return getattr(n.target, "overloadpacket", None) in _VIEW_LIKE
+
+
+def _passes_through(s: NodeStrategy) -> bool:
+    return len(s.inputs) >= 1 and isinstance(s.inputs[0], Replicate) and all(
+        isinstance(p, Replicate) for p in s.outputs if p is not None)
+
+
+def _pair_vars(m: _Model, xu: list[int], xn: list[int]) -> list[list[int]]:
+    """Variables equal to ``x_u[a]·x_n[b]``, with the tight (marginal) linearisation.
+
+    A side with a single strategy needs no new variable: the product is the other side's ``x``.
+    """
+    if len(xu) == 1:
+        return [list(xn)]
+    if len(xn) == 1:
+        return [[v] for v in xu]
+    y = [[m.var(0.0) for _ in xn] for _ in xu]
+    for ia in range(len(xu)):  # Σ_b y[a,b] = x_u[a]
+        m.row({**{y[ia][ib]: 1.0 for ib in range(len(xn))}, xu[ia]: -1.0}, 0, 0)
+    for ib in range(len(xn)):  # Σ_a y[a,b] = x_n[b]
+        m.row({**{y[ia][ib]: 1.0 for ia in range(len(xu))}, xn[ib]: -1.0}, 0, 0)
+    return y
 
 
 def _val(node: fx.Node, idx: int) -> torch.Tensor:

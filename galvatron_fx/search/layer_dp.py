@@ -183,7 +183,7 @@ def solve_chain(problem: ChainProblem, budget_bytes: int, *, mem_resolution_byte
     mems = _rounded(problem.mem_bytes, mem_resolution_bytes)
     if problem.extra_max_bytes is None:
         min_mem = _min_mem(problem.time_s, problem.mem_bytes, problem.trans_s)
-        run = _run_dp(problem.time_s, mems, problem.trans_s, budget)
+        run = _run_dp(problem.time_s, mems, problem.trans_s, budget, bound=True)
         return _solution(problem, run, min_mem)
 
     best: _DPRun | None = None
@@ -192,7 +192,7 @@ def solve_chain(problem: ChainProblem, budget_bytes: int, *, mem_resolution_byte
     for theta, times in _threshold_problems(problem):
         if theta > budget:
             break
-        run = _run_dp(times, mems, problem.trans_s, budget - theta)
+        run = _run_dp(times, mems, problem.trans_s, budget - theta, bound=True, time_cap_s=best_key[0])
         sizes = np.maximum(sizes, run.frontier_sizes)
         if run.choices is None:
             continue
@@ -284,20 +284,37 @@ class _DPRun:
     frontier_sizes: np.ndarray
 
 
-def _run_dp(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], budget: int) -> _DPRun:
-    """Additive DP (no max term) over frontiers; see the module docstring for the recurrence."""
+def _run_dp(
+    times: list[np.ndarray],
+    mems: list[np.ndarray],
+    trans: list[np.ndarray | None],
+    budget: int,
+    *,
+    bound: bool = False,
+    time_cap_s: float = math.inf,
+) -> _DPRun:
+    """Additive DP (no max term) over frontiers; see the module docstring for the recurrence.
+
+    ``bound=True`` prunes with Lagrangian bounds (exact for the least-time point, not for the
+    whole frontier); ``time_cap_s`` additionally drops points that cannot finish at or below it.
+    """
     num_layers = len(times)
     sizes = np.zeros(num_layers, dtype=np.int64)
     empty = _DPRun(None, np.zeros(0, dtype=np.int64), np.zeros(0), sizes)
-    suffix = _suffix_min_mem(times, mems, trans)
     budget = min(int(budget), _BIG)
     if budget < 0:
         return empty
+    suffix = _suffix_min_mem(times, mems, trans)
+    if int(np.where(np.isfinite(times[0]), mems[0] + suffix[0], _BIG).min()) > budget:
+        return empty
+    bounds = _lagrangian_bounds(times, mems, trans, budget, time_cap_s) if bound else None
     back_choice: list[np.ndarray] = []  # per layer: the choice c_i of each kept point
     back_prev: list[np.ndarray] = []  # per layer: index of the predecessor point in layer i-1
     # Layer 0: one candidate per choice.
     cand_c = np.arange(times[0].size)
     ok = np.isfinite(times[0]) & (mems[0] + suffix[0] <= budget)
+    if bounds is not None:
+        ok &= ~bounds.prune(0, mems[0], times[0], cand_c)
     cand_c = cand_c[ok]
     cur_m, cur_t = mems[0][cand_c], times[0][cand_c]
     cur_p = np.full(cand_c.size, -1, dtype=np.int64)
@@ -309,6 +326,9 @@ def _run_dp(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndar
             ok = np.isfinite(cand_t) & (cand_m + suffix[i][None, :] <= budget)
             p_idx, cand_c = np.nonzero(ok)
             cur_t, cur_m, cur_p = cand_t[ok], cand_m[ok], p_idx
+            if bounds is not None:
+                live = ~bounds.prune(i, cur_m, cur_t, cand_c)
+                cur_t, cur_m, cur_p, cand_c = cur_t[live], cur_m[live], cur_p[live], cand_c[live]
         group_of, num_groups = _groups(trans[i + 1] if i + 1 < num_layers else None, times[i].size)
         keep = _pareto_keep(cur_m, cur_t, group_of[cand_c], num_groups)
         cur_m, cur_t, cur_p, cur_c = cur_m[keep], cur_t[keep], cur_p[keep], cand_c[keep]
@@ -316,6 +336,9 @@ def _run_dp(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndar
         back_prev.append(cur_p)
         sizes[i] = cur_m.size
         if cur_m.size == 0:
+            if bounds is not None and bounds.incumbent is not None:
+                # Only reachable through float round-off on a tie: the incumbent is then optimal.
+                return _DPRun(bounds.incumbent, empty.final_mem, empty.final_time, sizes)
             return empty
     # The last layer is one group: memory ascending, time strictly decreasing; the best is last.
     idx = cur_m.size - 1
@@ -324,6 +347,103 @@ def _run_dp(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndar
         choices[i] = int(back_choice[i][idx])
         idx = int(back_prev[i][idx])
     return _DPRun(tuple(choices), cur_m, cur_t, sizes)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """Lagrangian pruning for `_run_dp` (exact: it only drops points that cannot beat ``ub_s``).
+
+    For a multiplier ``λ ≥ 0`` let ``h_λ[i][c]`` be the least ``Σ (time + λ·memory)`` that layers
+    i+1.. add after choice c (a min-plus pass, no memory limit). A completion that fits must add at
+    most ``B − m`` bytes, so a point (m, t) at layer i ending in c finishes no faster than
+    ``t + h_λ[i][c] − λ·(B − m)``. Points above ``ub_s`` (the time of a known feasible assignment,
+    or a caller's cap) are dropped. λ = 0 gives the memory-blind suffix bound.
+    """
+
+    lams: np.ndarray  # (n,)
+    h: list[np.ndarray]  # per layer, (n, K_i)
+    budget: int
+    ub_s: float
+    incumbent: tuple[int, ...] | None  # the assignment whose time is ub_s, if any
+
+    def prune(self, i: int, m: np.ndarray, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+        if not math.isfinite(self.ub_s):
+            return np.zeros(m.size, dtype=bool)
+        slack = (self.budget - m).astype(np.float64)
+        out = np.zeros(m.size, dtype=bool)
+        for lam, h in zip(self.lams, self.h[i]):
+            # the margin absorbs round-off: sums taken in another order than the incumbent's
+            tol = 1e-9 * (abs(self.ub_s) + lam * self.budget) + 1e-300
+            out |= t + h[c] - lam * slack > self.ub_s + tol
+        return out
+
+
+def _lagrangian_pass(
+    times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], lams: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """For each λ: suffix tables h, and the assignment minimising Σ time + λ·memory with its (T, M).
+
+    Returns (h per layer (n, K_i), choices (n, L), T (n,), M (n,)). Vectorised over λ.
+    """
+    num_layers = len(times)
+    lam = lams[:, None]
+    enter: list[np.ndarray] = [np.zeros(0)] * num_layers  # (n, K_i): cost of taking choice c at i onwards
+    h: list[np.ndarray] = [np.zeros(0)] * num_layers
+    h[-1] = np.zeros((lams.size, times[-1].size))
+    for i in range(num_layers - 1, -1, -1):
+        enter[i] = times[i][None, :] + lam * mems[i][None, :] + h[i]
+        if i:
+            # (n, 1, K_i) + (K_{i-1}, K_i) -> min over K_i -> (n, K_{i-1})
+            h[i - 1] = (enter[i][:, None, :] + trans[i][None, :, :]).min(axis=2)
+    rows = np.arange(lams.size)
+    choice = np.zeros((lams.size, num_layers), dtype=np.int64)
+    c = enter[0].argmin(axis=1)
+    total_t = times[0][c].copy()
+    total_m = mems[0][c].copy()
+    choice[:, 0] = c
+    for i in range(1, num_layers):
+        step = trans[i][c, :]  # (n, K_i)
+        nxt = (step + enter[i]).argmin(axis=1)
+        total_t += times[i][nxt] + step[rows, nxt]
+        total_m += mems[i][nxt]
+        c = nxt
+        choice[:, i] = c
+    return h, choice, total_t, total_m
+
+
+def _lagrangian_bounds(
+    times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], budget: int, time_cap_s: float
+) -> _Bounds:
+    """Pick multipliers: a log grid, then a linear refinement of the bracket around the budget.
+
+    Every λ-minimiser that fits is a feasible assignment (the best one is the incumbent); the dual
+    value ``min(T + λM) − λB`` says which λ prunes best. Costs O(n·Σ K_{i-1} K_i) per round.
+    """
+    t_span = sum(float(np.ptp(t[np.isfinite(t)])) if np.isfinite(t).any() else 0.0 for t in times)
+    m_span = sum(int(np.ptp(m)) for m in mems)
+    lam0 = max(t_span, 1e-12) / max(m_span, 1)
+    grid = np.concatenate([[0.0], lam0 * np.logspace(-3, 3, 25)])
+    h, choice, tt, mm = _lagrangian_pass(times, mems, trans, grid)
+    feas = np.isfinite(tt) & (mm <= budget)
+    if feas.any() and not feas.all() and budget < _BIG:
+        j = int(np.argmax(feas))  # memory falls as λ grows: first feasible λ
+        lo = grid[j - 1] if j > 0 else 0.0
+        fine = np.linspace(lo, grid[j], 18)[1:-1]
+        h2, choice2, tt2, mm2 = _lagrangian_pass(times, mems, trans, fine)
+        grid = np.concatenate([grid, fine])
+        h = [np.concatenate([a, b]) for a, b in zip(h, h2)]
+        choice, tt, mm = np.concatenate([choice, choice2]), np.concatenate([tt, tt2]), np.concatenate([mm, mm2])
+        feas = np.isfinite(tt) & (mm <= budget)
+    ub, incumbent = time_cap_s, None
+    if feas.any():
+        k = int(np.flatnonzero(feas)[np.argmin(tt[feas])])
+        if tt[k] <= ub:
+            ub, incumbent = float(tt[k]), tuple(int(c) for c in choice[k])
+    # Dual value of each λ (how tight its bound is at the root); keep λ = 0 and the two best.
+    root = (times[0][None, :] + grid[:, None] * mems[0][None, :] + h[0]).min(axis=1)
+    dual = root - grid * float(budget)
+    pick = sorted({0, *np.argsort(-dual)[:2].tolist()})
+    return _Bounds(grid[pick], [hh[pick] for hh in h], budget, ub, incumbent)
 
 
 def _pareto_keep(m: np.ndarray, t: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
@@ -336,6 +456,13 @@ def _pareto_keep(m: np.ndarray, t: np.ndarray, group: np.ndarray, num_groups: in
     """
     if m.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if num_groups == 1:
+        order = np.lexsort((t, m))
+        ts = t[order]
+        prev_min = np.empty_like(ts)
+        prev_min[0] = np.inf
+        np.minimum.accumulate(ts[:-1], out=prev_min[1:])
+        return order[ts < prev_min]
     order = np.lexsort((t, m, group))
     _, rank = np.unique(t[order], return_inverse=True)
     rank = rank.reshape(-1).astype(np.int64)

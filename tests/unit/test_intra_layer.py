@@ -1,0 +1,156 @@
+"""The intra-layer placement ILP: exact against brute force, and Megatron rediscovered."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+
+import pytest
+from torch.distributed.tensor import Partial, Replicate, Shard
+
+import galvatron_fx as gfx
+from galvatron_fx import zoo
+from galvatron_fx.cost_models import AnalyticCostModel
+from galvatron_fx.search.intra_layer import (
+    NodeStrategy,
+    PlacementProblem,
+    _Value,
+    decompose_layer,
+    evaluate,
+    solve_intra_layer,
+    solve_placement,
+)
+
+R, P = Replicate(), Partial()
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    return AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))
+
+
+# ---- exactness on random instances ---------------------------------------------------------
+
+def _random_problem(rng: random.Random, cost_model) -> PlacementProblem:
+    """A random DAG of 3–6 nodes, each with 1–4 strategies over 2-D tensors."""
+    pool = [R, P, Shard(0), Shard(1)]
+    n_nodes = rng.randint(3, 6)
+    nodes = [f"n{i}" for i in range(n_nodes)]
+    inputs: dict[str, list[str]] = {nodes[0]: []}
+    for i in range(1, n_nodes):
+        inputs[nodes[i]] = rng.sample(nodes[:i], k=min(i, rng.randint(1, 2)))
+    strategies, compute = {}, {}
+    for n in nodes:
+        k = rng.randint(1, 4)
+        ss = {NodeStrategy(tuple(rng.choice(pool) for _ in inputs[n]), (rng.choice(pool[:1] + pool[2:]),))
+              for _ in range(k)}
+        strategies[n] = sorted(ss, key=str)
+        compute[n] = [rng.uniform(0, 1e-3) for _ in strategies[n]]
+    consumers: dict[str, list[tuple[str, int]]] = {n: [] for n in nodes}
+    for n in nodes:
+        for k, u in enumerate(inputs[n]):
+            consumers[u].append((n, k))
+    values = [_Value(u, 0, rng.choice([2**16, 2**20, 2**24]), 2, rng.random() < 0.8, cons)
+              for u, cons in consumers.items() if cons]
+    view_like = {n for n in nodes if len(inputs[n]) == 1 and rng.random() < 0.4}
+
+    def reshard(src, dst, nbytes, ndim):
+        return cost_model.reshard_time_s(nbytes, *_layouts(src, dst), range(4), ndim)
+
+    return PlacementProblem(nodes=nodes, strategies=strategies, compute_s=compute, values=values,
+                            view_like=view_like, reshard_s=reshard)
+
+
+def _layouts(src, dst):
+    from galvatron_fx.cost_models.reshard import Layout
+
+    return Layout((4,), (src,)), Layout((4,), (dst,))
+
+
+def test_ilp_equals_brute_force_on_random_graphs(cost_model):
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(150):
+        pr = _random_problem(rng, cost_model)
+        combos = list(itertools.product(*(range(len(pr.strategies[n])) for n in pr.nodes)))
+        best = min(evaluate(pr, dict(zip(pr.nodes, c)))[0] for c in combos)
+        choice, objective, _ = solve_placement(pr)
+        assert objective == pytest.approx(best, rel=1e-7, abs=1e-12)
+        assert evaluate(pr, choice)[0] == pytest.approx(best, rel=1e-7, abs=1e-12)
+        checked += len(combos)
+    assert checked > 1000  # the instances are not trivial
+
+
+# ---- Megatron, rediscovered ----------------------------------------------------------------
+
+def _collectives(option, direction):
+    return Counter(e.collective for e in option.comm if e.direction == direction and e.nbytes >= 2**20)
+
+
+def _volume(option, direction) -> float:
+    """Activation traffic in units of one all-gather of the hidden state (all-reduce = 2)."""
+    big = [e for e in option.comm if e.direction == direction and e.nbytes >= 2**20]
+    hidden = max(e.nbytes for e in big)
+    weight = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}
+    return sum(weight[e.collective] * e.nbytes / hidden for e in big)
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    out = {}
+    for name in ("gpt2-small", "bert-large", "llama2-7b", "t5-base"):
+        model, inputs = zoo.build(name, batch_size=8, seq_len=256, device="meta", overrides={"n_layers": 2})
+        mg = gfx.capture(model, inputs)
+        for layer in {l.kind: l for l in mg.blocks()}.values():
+            out[(name, layer.name.split(".")[0])] = (mg, layer, decompose_layer(mg, layer))
+    return out
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("name", ["gpt2-small", "bert-large"])
+def test_tensor_parallel_block_is_megatron(blocks, cost_model, name, tp):
+    mg, layer, dl = blocks[(name, "blocks")]
+    opt = solve_intra_layer(mg, layer, tp, "none", cost_model, decomposed=dl)
+    # column-parallel then row-parallel: Megatron's two all-reduces of the hidden state forward
+    # and backward — or the same volume as reduce-scatter + all-gather around a sharded norm
+    assert _volume(opt, "fwd") == pytest.approx(4) and _volume(opt, "bwd") == pytest.approx(4)
+    if (name, tp) == ("gpt2-small", 2):
+        assert _collectives(opt, "fwd") == Counter(all_reduce=2)
+    assert opt.param_fraction == pytest.approx(1 / tp, rel=0.02)
+    ops = Counter(v for k, v in opt.placements.items() if k.startswith(("mm", "addmm")))
+    assert sum(v.endswith("->P") for v in ops.elements()) == 2  # the two row-parallel matmuls
+
+
+@pytest.mark.parametrize("key,pairs", [(("gpt2-small", "blocks"), 2), (("llama2-7b", "blocks"), 2),
+                                       (("t5-base", "encoder"), 2), (("t5-base", "decoder"), 3)])
+def test_sequence_parallel_block_is_megatron_sp(blocks, cost_model, key, pairs):
+    mg, layer, dl = blocks[key]
+    opt = solve_intra_layer(mg, layer, 2, "megatron", cost_model, decomposed=dl)
+    # all-gather before each column-parallel group, reduce-scatter after each row-parallel one
+    assert _collectives(opt, "fwd") == Counter(all_gather=pairs, reduce_scatter=pairs)
+    assert opt.input_layout == ("S(1)",) and opt.output_layout[0] == "S(1)"
+    assert opt.param_fraction == pytest.approx(0.5, rel=0.02)
+
+
+def test_bert_sequence_parallel_moves_megatron_sp_volume(blocks, cost_model):
+    # post-norm BERT: an all-reduce (= reduce-scatter + all-gather) may replace one pair
+    mg, layer, dl = blocks[("bert-large", "blocks")]
+    opt = solve_intra_layer(mg, layer, 2, "megatron", cost_model, decomposed=dl)
+    c = _collectives(opt, "fwd")
+    assert c["all_gather"] + c["all_reduce"] == 2 and c["reduce_scatter"] + c["all_reduce"] == 2
+    assert _volume(opt, "fwd") == pytest.approx(4)
+
+
+def test_memory_lean_variant_shards_every_matrix(blocks, cost_model):
+    mg, layer, dl = blocks[("t5-base", "decoder")]
+    lean = solve_intra_layer(mg, layer, 2, "none", cost_model, decomposed=dl, shard_params=True)
+    fast = solve_intra_layer(mg, layer, 2, "none", cost_model, decomposed=dl)
+    assert lean.param_fraction == pytest.approx(0.5, abs=0.01)
+    assert fast.objective_s <= lean.objective_s + 1e-12
+
+
+def test_solves_are_fast(blocks, cost_model):
+    mg, layer, dl = blocks[("llama2-7b", "blocks")]
+    opt = solve_intra_layer(mg, layer, 4, "megatron", cost_model, decomposed=dl)
+    assert opt.solve_s < 5.0
