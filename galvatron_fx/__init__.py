@@ -3,7 +3,9 @@
 from galvatron_fx.capture import capture
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
-from galvatron_fx.ir import LayerInfo, LayerRole, ModelGraph
+from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
+from galvatron_fx.search.candidates import SearchSpace
+from galvatron_fx.search.planner import plan
 
 __version__ = "0.1.0"
 
@@ -14,8 +16,12 @@ __all__ = [
     "GalvatronError",
     "LayerInfo",
     "LayerRole",
+    "LayerStrategy",
     "ModelGraph",
+    "ParallelPlan",
     "PlanError",
+    "SearchSpace",
     "UnsupportedModelError",
     "capture",
+    "plan",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 _COMMANDS: dict[str, str] = {
     "inspect": "galvatron_fx.inspect",
     "profile": "galvatron_fx.profiler.hardware",
+    "plan": "galvatron_fx.search.cli",
 }
 
 

@@ -390,6 +390,7 @@ class LayerOption:
     sp: SPMode
     placements: dict[str, str]  # decomposed node name -> "in1,in2->out1,out2"
     compute_s: float
+    compute_ratio: float  # compute_s / the same layer unpartitioned: the share one rank does
     comm_fwd_s: float
     comm_bwd_s: float
     param_fraction: float
@@ -715,6 +716,7 @@ def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | st
         kind=layer.kind, tp=tp, sp=sp,
         placements={n: _fmt(s) for n, s in chosen.items()},
         compute_s=compute_s,
+        compute_ratio=compute_s / full if (full := sum(max(c) for c in problem.compute_s.values() if c)) > 0 else 1.0,
         comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
         comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
         param_fraction=_param_fraction(dl, {by_name[n]: s for n, s in chosen.items()}, tp),

@@ -1,0 +1,69 @@
+"""The hand-written configurations practitioners use, as plans scored by the same cost model.
+
+- ``ddp``: pure data parallelism (every rank holds everything; one gradient all-reduce);
+- ``zero2`` / ``zero2+recompute`` (DeepSpeed-style ZeRO-2): gradients and optimizer sharded;
+- ``fsdp`` / ``fsdp+recompute`` (FSDP / ZeRO-3): parameters sharded too;
+- ``megatron tpT ppP`` / ``+recompute``: Megatron-style uniform tensor × pipeline × data
+  parallelism, best over its grid (tp ∈ divisors within a node, pp searched with micro-batches).
+
+Each is the search restricted to one strategy for every layer (``SearchSpace(uniform=True)``
+with a single tp / dp flavour / recompute value), so baselines and searched plans are priced by
+exactly the same model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from galvatron_fx.cluster import Cluster
+from galvatron_fx.cost_models.base import CostModel
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.strategy import DPType, SPMode
+from galvatron_fx.recompute import Recompute
+from galvatron_fx.search.candidates import OptionCache, SearchSpace, allowed_tp
+
+log = logging.getLogger(__name__)
+
+
+def baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
+    """Name → restricted search space of every baseline configuration."""
+    out: dict[str, SearchSpace] = {}
+    for rc in (Recompute.NONE, Recompute.FULL):
+        suffix = "" if rc == Recompute.NONE else "+recompute"
+        flat = dict(tp=(1,), sp=(SPMode.NONE,), recompute=(rc,), pp=(1,), uniform=True)
+        if rc == Recompute.NONE:
+            out["ddp"] = SearchSpace(dp_types=(DPType.DDP,), **flat)
+        out["zero2" + suffix] = SearchSpace(dp_types=(DPType.ZERO2,), **flat)
+        out["fsdp" + suffix] = SearchSpace(dp_types=(DPType.ZERO3,), **flat)
+        for tp in allowed_tp(SearchSpace(), cluster.world_size, cluster.devices_per_node):
+            out[f"megatron-tp{tp}" + suffix] = SearchSpace(tp=(tp,), sp=(SPMode.NONE,), dp_types=(DPType.DDP,),
+                                                          recompute=(rc,), uniform=True)
+    return out
+
+
+def all_baselines(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_batch_size: int, memory_budget: int,
+                  cache: OptionCache | None = None) -> dict[str, ParallelPlan | None]:
+    """Every baseline's best plan, or None where it does not fit."""
+    from galvatron_fx.search.planner import search_plan
+
+    cache = cache or OptionCache(mg, cm)
+    out: dict[str, ParallelPlan | None] = {}
+    for name, space in baseline_spaces(cluster).items():
+        try:
+            out[name] = search_plan(mg, cluster, cm, space, global_batch_size=global_batch_size,
+                                    budget=memory_budget, cache=cache, name=f"{mg.name} [{name}]")
+        except PlanError as e:
+            log.info("baseline %s: %s", name, e)
+            out[name] = None
+    return out
+
+
+def best_baseline(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_batch_size: int, memory_budget: int,
+                  cache: OptionCache | None = None) -> tuple[str, ParallelPlan] | None:
+    """The fastest baseline that fits, with its name."""
+    plans = all_baselines(mg, cluster, cm, global_batch_size=global_batch_size, memory_budget=memory_budget,
+                          cache=cache)
+    fits = [(n, p) for n, p in plans.items() if p is not None]
+    return min(fits, key=lambda np_: np_[1].predicted.step_time_s) if fits else None

@@ -1,0 +1,468 @@
+"""plan — the outer search: pipeline degree, stage boundaries, micro-batches and schedule around
+the per-stage inter-layer DP; assembles the :class:`~galvatron_fx.ir.plan.ParallelPlan`.
+
+Contract: needs a captured, annotated ModelGraph (or a model and example inputs to capture), a
+Cluster and a global batch; returns the fastest plan the cost model predicts that fits the
+memory budget on every stage, or raises :class:`~galvatron_fx.errors.PlanError` saying the
+smallest memory any plan would need and what to relax. Needs no processes and no weights.
+
+Algorithm, for each pipeline degree ``pp`` (a divisor of the world), micro-batch count ``m``
+(a divisor of the global batch, ``≥ pp`` under 1F1B) and schedule:
+1. price every layer's choices in a stage of ``D = world / pp`` ranks
+   (:mod:`galvatron_fx.search.candidates`; intra-layer ILPs cached per kind, tp and SP mode);
+2. start from the stage boundaries that balance each layer's fastest time (a linear-partition
+   DP minimising the largest stage);
+3. solve each stage with the inter-layer DP (:func:`~galvatron_fx.search.layer_dp.solve_chain`)
+   under the budget, with the activations of the micro-batches the schedule keeps in flight on
+   that stage (1F1B: ``pp − s`` on stage ``s``), then simulate the schedule
+   (:func:`~galvatron_fx.cost_models.pipeline.simulate`) for the step time;
+4. move each boundary by one layer while the simulated step time improves (hill climbing on
+   the real objective, memory re-checked by the stage DPs).
+Points whose lower bound (their fastest, memory-blind time) cannot beat the best plan found are
+skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from galvatron_fx.cluster import Cluster, Collective
+from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
+from galvatron_fx.cost_models.pipeline import StageCost
+from galvatron_fx.errors import PlanError
+from galvatron_fx.inspect import fmt_bytes
+from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.plan import (
+    Alternative,
+    LayerPlan,
+    LayerPrediction,
+    ParallelPlan,
+    PlanPrediction,
+    cluster_hash,
+    graph_hash,
+)
+from galvatron_fx.ir.strategy import Precision
+from galvatron_fx.search.candidates import (
+    LayerChoice,
+    OptionCache,
+    SearchSpace,
+    layer_choices,
+    prune_dominated,
+    transition_matrix,
+)
+from galvatron_fx.search.layer_dp import ChainProblem, solve_chain
+
+log = logging.getLogger(__name__)
+GiB = 2**30
+
+
+@dataclass
+class _StageResult:
+    layers: range
+    choices: list[LayerChoice]  # chosen, one per layer
+    trans_s: list[float]  # per layer, per step (0 for the first of the stage)
+    time_s: float  # Σ per-step layer times + transitions
+    mem_bytes: int  # peak per rank
+    in_flight: int
+    all_choices: list[list[LayerChoice]]
+    min_mem_bytes: int
+
+
+@dataclass
+class _Candidate:
+    pp: int
+    m: int
+    schedule: str
+    samples: int
+    stages: list[_StageResult]
+    step_time_s: float
+    bubble_fraction: float
+    breakdown: dict[str, float]
+
+
+class _Search:
+    """One search: shared caches for all (pp, m, schedule) points."""
+
+    def __init__(self, mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace,
+                 global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None):
+        self.mg, self.cluster, self.cm, self.space = mg, cluster, cm, space
+        self.global_batch, self.budget = global_batch, budget
+        self.world = cluster.world_size
+        self.dpn = cluster.devices_per_node
+        self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
+        self.cache = cache or OptionCache(mg, cm)
+        self.layers = mg.layers
+        self._choices: dict[tuple, list[LayerChoice]] = {}
+        self._trans: dict[tuple, np.ndarray] = {}
+        self._stage: dict[tuple, _StageResult] = {}
+        self.progress = progress
+        # memory is tracked to 1/1024 of the budget and temporary buffers to 1/64 (both rounded
+        # up, so a plan found is always within budget); exact when the budget is a multiple
+        self.mem_step = max(1, budget // 1024)
+        self.temp_step = max(1, budget // 64)
+        self.points = 0
+        self.chain_solves = 0
+        self.frontier_max = 0
+        self.smallest_need = math.inf
+
+    # ---- pricing ------------------------------------------------------------------------------
+    def choices(self, i: int, devices: int, samples: int, m: int) -> list[LayerChoice]:
+        layer = self.layers[i]
+        owner = tuple(self.mg.params[f].layers[:1] == (layer.name,) for f in layer.param_names if f in self.mg.params)
+        key = (layer.kind, owner, devices, samples, m)
+        if key not in self._choices:
+            self._choices[key] = layer_choices(
+                self.mg, layer, self.cache, self.space, devices=devices, ranks=list(range(devices)),
+                samples=samples, num_microbatches=m, captured_batch=self.captured_batch, devices_per_node=self.dpn)
+        return self._choices[key]
+
+    def trans(self, i: int, prev: list[LayerChoice], cur: list[LayerChoice], devices: int, samples: int, m: int,
+              key_extra: tuple) -> np.ndarray:
+        layer_prev = self.layers[i - 1]
+        key = (layer_prev.kind, self.layers[i].kind, devices, samples, m, key_extra)
+        if key not in self._trans:
+            nbytes = int(layer_prev.costs.output_bytes * samples / self.captured_batch)
+            ndim = 3
+            self._trans[key] = transition_matrix(self.cm, prev, cur, nbytes, ndim, list(range(devices)), m)
+        return self._trans[key]
+
+    # ---- one stage ------------------------------------------------------------------------------
+    def stage(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int) -> _StageResult:
+        key = (lo, hi, devices, samples, m, in_flight)
+        if key in self._stage:
+            return self._stage[key]
+        all_choices = [prune_dominated(self.choices(i, devices, samples, m), m, in_flight) for i in range(lo, hi)]
+        trans: list[np.ndarray | None] = [None]
+        for j in range(1, hi - lo):
+            sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
+            trans.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, (hash(sig),)))
+        problem = ChainProblem(
+            time_s=[np.array([c.step_time_s(m) for c in cs]) for cs in all_choices],
+            mem_bytes=[np.array([c.mem_bytes(in_flight) for c in cs], dtype=np.int64) for cs in all_choices],
+            trans_s=trans,
+            extra_max_bytes=[_round_up(np.array([c.memory.temp_bytes for c in cs], dtype=np.int64), self.temp_step)
+                             for cs in all_choices],
+        )
+        sol = solve_chain(problem, self.budget, mem_resolution_bytes=self.mem_step)
+        self.chain_solves += 1
+        self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
+        if not sol.feasible:
+            if sol.min_mem_bytes >= 0:  # -1: no assignment is allowed at all
+                self.smallest_need = min(self.smallest_need, sol.min_mem_bytes)
+            res = _StageResult(range(lo, hi), [], [], math.inf, sol.min_mem_bytes, in_flight, all_choices,
+                               sol.min_mem_bytes)
+        else:
+            chosen = [all_choices[j][c] for j, c in enumerate(sol.choices)]
+            tr = [0.0] + [float(trans[j][sol.choices[j - 1], sol.choices[j]]) for j in range(1, hi - lo)]
+            res = _StageResult(range(lo, hi), chosen, tr, sol.time_s, sol.mem_bytes, in_flight, all_choices,
+                               sol.min_mem_bytes)
+        self._stage[key] = res
+        return res
+
+    # ---- a pipeline point -------------------------------------------------------------------------
+    def evaluate(self, bounds: list[int], pp: int, m: int, schedule: str, samples: int) -> _Candidate | None:
+        devices = self.world // pp
+        edges = bounds + [len(self.layers)]
+        stages = []
+        for s in range(pp):
+            in_flight = m if schedule == "gpipe" else min(pp - s, m)
+            st = self.stage(edges[s], edges[s + 1], devices, samples, m, in_flight)
+            if not st.choices:
+                return None
+            stages.append(st)
+        costs = []
+        for s, st in enumerate(stages):
+            fwd = sum(c.fwd_s + c.tp_comm_s / 2 for c in st.choices) + sum(st.trans_s) / (2 * m)
+            bwd = sum(c.bwd_s + c.tp_comm_s / 2 for c in st.choices) + sum(st.trans_s) / (2 * m)
+            p2p = self._p2p_s(stages, s, devices, samples) if s < pp - 1 else 0.0
+            costs.append(StageCost(fwd_s=fwd, bwd_s=bwd, p2p_s=p2p))
+        if pp == 1:
+            step = m * (costs[0].fwd_s + costs[0].bwd_s)
+            bubble = 0.0
+        else:
+            res = self.cm.simulate_pipeline(schedule, costs, m)
+            step, bubble = res.step_time_s, res.bubble_fraction
+        dp_sync = max(sum(c.dp_comm_s for c in st.choices) for st in stages)
+        step += dp_sync
+        compute = max(m * sum(c.fwd_s + c.bwd_s for c in st.choices) for st in stages)
+        comm = max(m * sum(c.tp_comm_s for c in st.choices) for st in stages) + dp_sync
+        transition = max(sum(st.trans_s) for st in stages)
+        breakdown = {"compute": compute, "comm": comm, "transition": transition,
+                     "bubble": max(0.0, step - dp_sync - max(s.time_s - sum(c.dp_comm_s for c in s.choices)
+                                                            for s in stages))}
+        return _Candidate(pp, m, schedule, samples, stages, step, bubble, breakdown)
+
+    def _p2p_s(self, stages: list[_StageResult], s: int, devices: int, samples: int) -> float:
+        last = stages[s].choices[-1]
+        layer = self.layers[stages[s].layers[-1]]
+        nbytes = int(layer.costs.output_bytes * samples / self.captured_batch / last.dp)
+        src = (s + 1) * devices - 1
+        return self.cm.collective_time_s(Collective.P2P, nbytes, [src, src + 1])
+
+    # ---- the outer loops ------------------------------------------------------------------------
+    def pp_values(self) -> list[int]:
+        n_blocks = max(1, len(self.layers))
+        cap = min(self.space.max_pp or self.world, n_blocks)
+        vals = [p for p in range(1, cap + 1) if self.world % p == 0]
+        if self.space.pp is not None:
+            vals = [p for p in vals if p in self.space.pp]
+        return vals
+
+    def m_values(self, pp: int, schedule: str) -> list[int]:
+        if self.space.num_microbatches is not None:
+            vals = list(self.space.num_microbatches)
+        else:
+            vals = [m for m in range(1, min(self.global_batch, self.space.max_microbatches) + 1)
+                    if self.global_batch % m == 0]
+            if pp == 1:
+                vals = vals[:1]  # without a pipeline, accumulation only costs time
+            else:
+                # a geometric ladder from pp upwards keeps the search short
+                ladder, v = [], pp
+                while v <= vals[-1]:
+                    cands = [x for x in vals if x >= v]
+                    if cands:
+                        ladder.append(cands[0])
+                    v *= 2
+                vals = sorted(set(ladder))
+        if schedule != "gpipe":
+            vals = [m for m in vals if m >= pp]
+        return [m for m in vals if self.global_batch % m == 0]
+
+    def balanced_bounds(self, pp: int, devices: int, samples: int, m: int) -> list[int] | None:
+        """Stage starts minimising the largest stage's fastest time (binary search on the cap,
+        greedy packing — exact for contiguous partitions)."""
+        n = len(self.layers)
+        if pp > n:
+            return None
+        w = [min(c.step_time_s(m) for c in self.choices(i, devices, samples, m)) for i in range(n)]
+
+        def pack(cap: float) -> list[int] | None:
+            starts, acc = [0], 0.0
+            for i, x in enumerate(w):
+                if acc + x > cap and acc > 0:
+                    starts.append(i)
+                    acc = 0.0
+                acc += x
+            return starts if len(starts) <= pp else None
+
+        lo, hi = max(w), sum(w)
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if pack(mid) is None:
+                lo = mid
+            else:
+                hi = mid
+        starts = pack(hi) or [0]
+        # split the longest stages until there are exactly pp (each non-empty)
+        while len(starts) < pp:
+            edges = starts + [n]
+            sizes = [(edges[k + 1] - edges[k], k) for k in range(len(starts))]
+            size, k = max(sizes)
+            if size < 2:
+                return None
+            starts.insert(k + 1, edges[k] + size // 2)
+        return starts
+
+    def search_point(self, pp: int, m: int, schedule: str, best_so_far: float) -> _Candidate | None:
+        samples = self.global_batch // m
+        devices = self.world // pp
+        try:
+            bounds = self.balanced_bounds(pp, devices, samples, m)
+        except PlanError:
+            return None
+        if bounds is None:
+            return None
+        # a memory-blind lower bound: the fastest choices, perfectly balanced, no bubble
+        lb = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
+                 for i in range(len(self.layers))) / pp
+        if lb >= best_so_far:
+            return None
+        self.points += 1
+        cur = self.evaluate(bounds, pp, m, schedule, samples)
+        # hill climbing on the simulated step time: shrink the bottleneck stage by one layer
+        for _ in range(4 * pp):
+            if cur is None or pp == 1:
+                break
+            slow = max(range(pp), key=lambda k: cur.stages[k].time_s)
+            best_move = None
+            for b, delta in ((slow, 1), (slow + 1, -1)):  # its start moves right or its end left
+                if not 0 < b < pp:
+                    continue
+                nb = list(bounds)
+                nb[b] += delta
+                if not (nb[b - 1] < nb[b] < (nb[b + 1] if b + 1 < pp else len(self.layers))):
+                    continue
+                cand = self.evaluate(nb, pp, m, schedule, samples)
+                if cand is not None and cand.step_time_s < cur.step_time_s - 1e-12 and (
+                        best_move is None or cand.step_time_s < best_move[1].step_time_s):
+                    best_move = (nb, cand)
+            if best_move is None:
+                break
+            bounds, cur = best_move
+        return cur
+
+    def run(self) -> _Candidate:
+        best: _Candidate | None = None
+        points = [(pp, m, sch) for sch in self.space.schedules for pp in self.pp_values()
+                  for m in self.m_values(pp, sch) if not (pp == 1 and sch != self.space.schedules[0])]
+        for k, (pp, m, sch) in enumerate(points):
+            if self.progress:
+                print(f"\r  searching pp={pp:<3} m={m:<4} {sch:<8} [{k + 1}/{len(points)}]", end="", file=sys.stderr)
+            cand = self.search_point(pp, m, sch, best.step_time_s if best else math.inf)
+            if cand is not None and (best is None or cand.step_time_s < best.step_time_s):
+                best = cand
+        if self.progress:
+            print(file=sys.stderr)
+        if best is None:
+            need = self.smallest_need
+            raise PlanError(
+                f"no plan fits in {fmt_bytes(self.budget)} per device"
+                + (f": the smallest needs {fmt_bytes(need)}" if math.isfinite(need) else "")
+                + "; allow recompute and sharded data parallelism (ZeRO-3), add devices or pipeline "
+                  "stages, or lower the global batch")
+        return best
+
+
+def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,
+                budget: int, cache: OptionCache | None = None, name: str | None = None,
+                precision: str = "fp32") -> ParallelPlan:
+    """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``."""
+    t0 = time.perf_counter()
+    s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
+    best = s.run()
+    stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
+    return _assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name)
+
+
+def plan(
+    model_or_graph,
+    cluster: Cluster,
+    example_inputs: Sequence | None = None,
+    *,
+    global_batch_size: int,
+    memory_budget: int | float | None = None,
+    search: SearchSpace | dict | None = None,
+    cost_model: CostModel | None = None,
+    loss_fn=None,
+    precision: str = "fp32",
+    name: str | None = None,
+    progress: bool = False,
+    baselines: bool = True,
+) -> ParallelPlan:
+    """Search a hybrid-parallel plan for ``model_or_graph`` on ``cluster`` (see module doc).
+
+    ``memory_budget`` is bytes per device (default: the smallest device memory of the cluster);
+    ``search`` caps or switches off dimensions (:class:`SearchSpace` or a dict of its fields).
+    With ``baselines`` the best hand-written configuration (DDP, ZeRO/FSDP, Megatron tp×pp) is
+    scored by the same cost model and recorded for comparison.
+    """
+    from galvatron_fx.capture import capture
+
+    t0 = time.perf_counter()
+    if isinstance(model_or_graph, ModelGraph):
+        mg = model_or_graph
+    else:
+        if example_inputs is None:
+            raise PlanError("plan() needs example_inputs to capture a model (or pass a captured ModelGraph)")
+        mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
+    if any(l.costs is None for l in mg.layers):
+        raise PlanError("the graph has no costs: capture it with annotate=True")
+    cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
+    space = SearchSpace.coerce(search)
+    budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
+    if global_batch_size < 1:
+        raise PlanError(f"global_batch_size must be >= 1, got {global_batch_size}")
+    s = _Search(mg, cluster, cm, space, global_batch_size, budget, progress)
+    best = s.run()
+    search_s = time.perf_counter() - t0
+    base = None
+    if baselines and not space.uniform:
+        from galvatron_fx.search.baselines import best_baseline
+
+        b = best_baseline(mg, cluster, cm, global_batch_size=global_batch_size, memory_budget=budget,
+                          cache=s.cache)
+        if b is not None:
+            base = {"name": b[0], "step_time_s": b[1].predicted.step_time_s}
+    stats = {"search_s": search_s, "points": s.points, "ilp_solves": s.cache.solves, "ilp_s": s.cache.solve_s,
+             "chain_solves": s.chain_solves, "dp_frontier_max": s.frontier_max,
+             "num_candidates": sum(len(v) for v in s._choices.values())}
+    return _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+
+
+def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
+              baseline: dict | None, precision: str, name: str) -> ParallelPlan:
+    devices = cluster.world_size // best.pp
+    layer_plans: list[LayerPlan] = []
+    peaks = []
+    for s, st in enumerate(best.stages):
+        temp = max((c.memory.temp_bytes for c in st.choices), default=0)
+        stage_mem = sum(c.mem_bytes(st.in_flight) for c in st.choices) + temp
+        peaks.append(int(stage_mem))
+        for j, i in enumerate(st.layers):
+            layer = mg.layers[i]
+            c = st.choices[j]
+            pred = _prediction(c, best.m, st.in_flight, st.trans_s[j], temp_here=c.memory.temp_bytes)
+            alts = _alternatives(st, j, best.m, budget, stage_mem)
+            layer_plans.append(LayerPlan(
+                name=layer.name, kind=layer.kind, role=layer.role, stage=s, strategy=c.strategy, dp=c.dp,
+                placements=dict(c.option.placements) if c.option is not None else {},
+                predicted=pred, alternatives=tuple(alts)))
+    max_dp = max(lp.dp for lp in layer_plans)
+    samples = best.samples
+    plan = ParallelPlan(
+        model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
+        pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=1,
+        global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
+        stage_boundaries=tuple(st.layers.start for st in best.stages),
+        stage_ranks=tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
+        precision=precision, layers=tuple(layer_plans),
+        predicted=PlanPrediction(step_time_s=best.step_time_s,
+                                 throughput_samples_s=samples * best.m / best.step_time_s,
+                                 peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
+                                 bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
+        solver_stats=stats, baseline=baseline, notes=(),
+    )
+    return plan
+
+
+def _round_up(a: np.ndarray, step: int) -> np.ndarray:
+    return -(-a // step) * step
+
+
+def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_here: int) -> LayerPrediction:
+    mem = c.memory
+    breakdown = {"params": mem.param_bytes + mem.unsharded_param_bytes, "grads": mem.grad_bytes,
+                 "optimizer": mem.optimizer_bytes, "activations": in_flight * mem.activation_bytes,
+                 "temp": temp_here}
+    return LayerPrediction(fwd_s=m * c.fwd_s, bwd_s=m * c.bwd_s, comm_s=m * c.tp_comm_s + c.dp_comm_s,
+                           transition_s=trans_s, memory_bytes=sum(breakdown.values()),
+                           memory_breakdown=breakdown)
+
+
+def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int, k: int = 3) -> list[Alternative]:
+    chosen = st.choices[j]
+    base_t = chosen.step_time_s(m)
+    base_m = chosen.mem_bytes(st.in_flight)
+    out = []
+    others = sorted((c for c in st.all_choices[j] if c is not chosen), key=lambda c: c.step_time_s(m))
+    for c in others[:k]:
+        dt = c.step_time_s(m) - base_t
+        dm = c.mem_bytes(st.in_flight) - base_m
+        over = stage_mem + dm - budget
+        if over > 0:
+            reason = f"over the memory budget by {fmt_bytes(over)}"
+        elif dt > 0:
+            reason = f"+{dt * 1e3:.2f} ms per step"
+        else:
+            reason = "slower once resharding to its neighbours' layouts is paid"
+        out.append(Alternative(strategy=c.strategy, predicted=_prediction(c, m, st.in_flight, 0.0, c.memory.temp_bytes),
+                               reason=reason))
+    return out

@@ -1,0 +1,106 @@
+"""The outer search: plans that fit, react to memory the way an expert would, respect the
+search space, never lose to the hand-written baselines, and explain themselves."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import galvatron_fx as gfx
+from galvatron_fx import zoo
+from galvatron_fx.cli import main
+from galvatron_fx.cost_models import AnalyticCostModel
+from galvatron_fx.ir.strategy import DPType, Precision
+from galvatron_fx.recompute import Recompute
+from galvatron_fx.search.baselines import all_baselines
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    model, inputs = zoo.build("gpt2-small", batch_size=1, seq_len=1024, device="meta")
+    return gfx.capture(model, inputs, name="gpt2-small")
+
+
+@pytest.fixture(scope="module")
+def rtx():
+    return gfx.Cluster.preset("rtx4090-pcie", nodes=1)
+
+
+def _plan(mg, cluster, mem_gib=None, **kw):
+    return gfx.plan(mg, cluster, global_batch_size=64, memory_budget=int(mem_gib * GiB) if mem_gib else None,
+                    precision="bf16", baselines=False, **kw)
+
+
+def test_plan_fits_and_has_the_interface_keys(gpt2, rtx, tmp_path):
+    p = _plan(gpt2, rtx)
+    path = p.save(tmp_path / "plan.json")
+    d = json.loads(path.read_text())
+    assert {"step_time_s", "throughput_samples_s", "peak_memory_bytes"} <= set(d["predicted"])
+    assert d["solver_stats"]["search_s"] > 0 and d["pp"] >= 1 and d["num_microbatches"] >= 1
+    assert [l["name"] for l in d["layers"]] == [l.name for l in gpt2.layers]
+    assert all(set(l["strategy"]) == {"tp", "sp", "dp_type", "recompute"} for l in d["layers"])
+    assert all(peak <= 24 * GiB for peak in p.predicted.peak_memory_bytes)
+    assert gfx.ParallelPlan.load(path) == p
+
+
+def test_memory_pressure_brings_sharding_then_recompute_then_pipelines(gpt2, rtx):
+    roomy = _plan(gpt2, rtx, 24)
+    assert all(l.strategy.recompute == Recompute.NONE for l in roomy.layers), "recompute only when needed"
+    tight = _plan(gpt2, rtx, 2)
+    assert max(tight.predicted.peak_memory_bytes) <= 2 * GiB
+    assert any(l.strategy.dp_type != DPType.DDP for l in tight.layers)
+    assert any(l.strategy.recompute != Recompute.NONE for l in tight.layers) or tight.pp > 1
+    tighter = _plan(gpt2, rtx, 1)
+    assert max(tighter.predicted.peak_memory_bytes) <= 1 * GiB
+    assert roomy.predicted.step_time_s <= tight.predicted.step_time_s * 1.001
+
+
+def test_infeasible_budget_names_the_smallest_memory(gpt2, rtx):
+    with pytest.raises(gfx.PlanError, match=r"no plan fits in .* the smallest needs .*GiB|MiB") as ei:
+        _plan(gpt2, rtx, 0.05)
+    assert "recompute" in str(ei.value) and "devices" in str(ei.value)
+
+
+def test_search_space_caps_are_respected(gpt2, rtx):
+    p = _plan(gpt2, rtx, 24, search={"max_tp": 1, "pp": (1,), "dp_types": ("ddp",), "recompute": ("none",)})
+    assert p.pp == 1
+    assert all(l.strategy.tp == 1 and l.strategy.dp_type == DPType.DDP and l.strategy.recompute == Recompute.NONE
+               for l in p.layers)
+    p2 = _plan(gpt2, rtx, 24, search=gfx.SearchSpace(tp=(2,), pp=(2,)))
+    assert p2.pp == 2 and {l.strategy.tp for l in p2.layers if l.role == "block"} == {2}
+
+
+@pytest.mark.parametrize("mem", [24, 3])
+def test_plan_never_loses_to_a_baseline(gpt2, rtx, mem):
+    p = _plan(gpt2, rtx, mem)
+    cm = AnalyticCostModel(rtx, precision=Precision.named("bf16"))
+    bases = all_baselines(gpt2, rtx, cm, global_batch_size=64, memory_budget=int(mem * GiB))
+    fits = {n: b for n, b in bases.items() if b is not None}
+    assert fits, "some baseline fits these budgets"
+    best = min(b.predicted.step_time_s for b in fits.values())
+    assert p.predicted.step_time_s <= best * 1.0001
+
+
+def test_explain_reads_like_a_report(gpt2, rtx):
+    p = gfx.plan(gpt2, rtx, global_batch_size=64, memory_budget=int(3 * GiB), precision="bf16")
+    text = p.explain()
+    assert "step time" in text and "budget" in text and "blocks.0" in text
+    assert p.baseline is not None and "faster than" in text
+    why = p.explain("blocks.3")
+    assert "chosen" in why and ("per step" in why or "over the memory budget" in why)
+
+
+def test_cli_plan_exit_codes(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = main(["plan", "gpt-tiny", "--cluster", "dgx-a100-80g", "--nodes", "1", "--batch", "16", "--seq", "128",
+               "--no-baselines", "--out", str(out)])
+    assert rc == 0 and json.loads(out.read_text())["world_size"] == 8
+    assert "step time" in capsys.readouterr().out
+    rc = main(["plan", "gpt2-small", "--cluster", "rtx4090-pcie", "--batch", "64", "--seq", "1024",
+               "--memory", "0.05", "--no-baselines"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no plan fits" in err and "smallest needs" in err
