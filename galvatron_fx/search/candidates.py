@@ -107,41 +107,42 @@ class OptionCache:
 
     mg: ModelGraph
     cost_model: CostModel
-    options: dict[tuple[str, int, SPMode], LayerOption | None] = field(default_factory=dict)
+    options: dict[tuple[str, int, SPMode], list[LayerOption]] = field(default_factory=dict)
     decomposed: dict[str, object] = field(default_factory=dict)
     solves: int = 0
     solve_s: float = 0.0
 
-    def option(self, layer: LayerInfo, tp: int, sp: SPMode) -> LayerOption | None:
-        """The ILP's option, or None when this layer cannot use (tp, sp)."""
+    def option_list(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
+        """The ILP's options for (tp, sp): the fastest, plus the memory-lean one (every matrix
+        parameter sharded) when the fastest replicates some; empty when the layer cannot use
+        (tp, sp)."""
         key = (layer.kind, tp, sp)
         if key in self.options:
             return self.options[key]
-        opt = None
-        if tp == 1 and sp == SPMode.NONE:
-            opt = None  # priced directly from the compute model
-        elif tp > 1:
+        opts: list[LayerOption] = []
+        if tp > 1:
             try:
                 if layer.kind not in self.decomposed:
                     self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
                 dl = self.decomposed[layer.kind]
                 if sp != SPMode.NONE and not any(r == "activation" for r in dl.input_roles):
                     raise PlanError("no hidden-state input to shard on the sequence")
-                opt = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl)
-                if opt.param_fraction > 1.0 / tp + 0.02:  # prefer the memory-lean variant when close
+                fast = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl)
+                opts.append(fast)
+                self.solves += 1
+                self.solve_s += fast.solve_s
+                if fast.param_fraction > 1.0 / tp + 0.02:
                     lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,
                                              shard_params=True)
-                    if lean.objective_s <= opt.objective_s * 1.02:
-                        opt = lean
-                self.solves += 1
-                self.solve_s += opt.solve_s
+                    self.solves += 1
+                    self.solve_s += lean.solve_s
+                    if lean.param_fraction < fast.param_fraction - 0.01:
+                        opts.append(lean)
             except Exception as e:  # an op without sharding rules: this layer stays unsharded
                 log.info("layer %s cannot use tp=%d sp=%s: %s", layer.name, tp, sp, e)
-                opt = None
-                self.options[key] = None
-                return None
-        self.options[key] = opt
-        return opt
+                opts = []
+        self.options[key] = opts
+        return opts
 
 
 def allowed_tp(space: SearchSpace, devices: int, devices_per_node: int) -> list[int]:
@@ -178,41 +179,58 @@ def layer_choices(
             continue
         local = samples // dp
         frac = local / captured_batch
-        for sp in space.sp if tp > 1 else (SPMode.NONE,):
+        # sequence parallelism is a block-level choice: embeddings, heads and losses keep theirs
+        sps = space.sp if tp > 1 and layer.role == LayerRole.BLOCK else (SPMode.NONE,)
+        for sp in sps:
             if sp == SPMode.ULYSSES:
                 continue  # not priced yet: Ulysses needs the all-to-all attention rewrite
-            opt = cache.option(layer, tp, sp) if tp > 1 else None
-            if tp > 1 and opt is None:
+            for opt in (cache.option_list(layer, tp, sp) if tp > 1 else [None]):
+                out.extend(_priced(mg, layer, cm, space, opt, tp=tp, sp=sp, dp=dp, local=local, frac=frac,
+                                   ranks=ranks, params=params, grad_bytes=grad_bytes,
+                                   num_microbatches=num_microbatches, captured_batch=captured_batch))
+    return _or_replicated(out, mg, layer, cache, space, devices=devices, ranks=ranks, samples=samples,
+                          num_microbatches=num_microbatches, captured_batch=captured_batch,
+                          devices_per_node=devices_per_node)
+
+
+def _priced(mg, layer, cm, space, opt, *, tp, sp, dp, local, frac, ranks, params, grad_bytes, num_microbatches,
+            captured_batch) -> list[LayerChoice]:
+    """Every (recompute, dp flavour) of one (tp, sp, option), priced."""
+    out: list[LayerChoice] = []
+    share = opt.compute_ratio if opt is not None else 1.0
+    pf = opt.param_fraction if opt is not None else 1.0
+    af = opt.activation_fraction if opt is not None else 1.0
+    tp_comm = (opt.comm_fwd_s + opt.comm_bwd_s) * frac if opt is not None else 0.0
+    fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
+    dp_ranks = list(ranks[::tp])[:dp]
+    for rc in space.recompute:
+        if rc != Recompute.NONE and layer.role in (LayerRole.LOSS,):
+            continue
+        _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
+            else (fwd0, bwd0)
+        fwd_s, bwd_s = fwd0 * share, bwd_rc * share
+        for dpt in space.dp_types:
+            if dp == 1 and dpt != DPType.DDP:
                 continue
-            share = opt.compute_ratio if opt is not None else 1.0
-            pf = opt.param_fraction if opt is not None else 1.0
-            af = opt.activation_fraction if opt is not None else 1.0
-            tp_comm = (opt.comm_fwd_s + opt.comm_bwd_s) * frac if opt is not None else 0.0
-            fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
-            dp_ranks = list(ranks[::tp])[:dp]
-            for rc in space.recompute:
-                if rc != Recompute.NONE and layer.role in (LayerRole.LOSS,):
-                    continue
-                _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
-                    else (fwd0, bwd0)
-                fwd_s, bwd_s = fwd0 * share, bwd_rc * share
-                for dpt in space.dp_types:
-                    if dp == 1 and dpt != DPType.DDP:
-                        continue
-                    strategy = LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc)
-                    mem = cm.layer_memory(layer.costs, strategy, dp=dp, micro_batch=local,
-                                          captured_batch=captured_batch, params=params or None,
-                                          tp_shard=TPShard(param_fraction=pf, activation_fraction=(af, af, af))
-                                          if tp > 1 else None)
-                    dp_comm = _dp_comm_s(cm, dpt, int(grad_bytes * pf), dp_ranks, num_microbatches)
-                    exposed = max(0.0, cm.overlapped_s(bwd_s * num_microbatches, dp_comm) - bwd_s * num_microbatches)
-                    out.append(LayerChoice(
-                        strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,
-                        dp_comm_s=exposed, memory=mem,
-                        in_layout=(opt.input_layout[0] if opt and opt.input_layout else "R"),
-                        out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
-                        option=opt,
-                    ))
+            strategy = LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc)
+            mem = cm.layer_memory(layer.costs, strategy, dp=dp, micro_batch=local,
+                                  captured_batch=captured_batch, params=params or None,
+                                  tp_shard=TPShard(param_fraction=pf, activation_fraction=(af, af, af))
+                                  if tp > 1 else None)
+            dp_comm = _dp_comm_s(cm, dpt, int(grad_bytes * pf), dp_ranks, num_microbatches)
+            exposed = max(0.0, cm.overlapped_s(bwd_s * num_microbatches, dp_comm) - bwd_s * num_microbatches)
+            out.append(LayerChoice(
+                strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,
+                dp_comm_s=exposed, memory=mem,
+                in_layout=(opt.input_layout[0] if opt and opt.input_layout else "R"),
+                out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
+                option=opt,
+            ))
+    return out
+
+
+def _or_replicated(out, mg, layer, cache, space, *, devices, ranks, samples, num_microbatches, captured_batch,
+                   devices_per_node) -> list[LayerChoice]:
     if not out and 1 not in allowed_tp(space, devices, devices_per_node) and samples % devices == 0:
         # a layer no allowed degree can shard (e.g. a loss) runs replicated over the tp group
         return layer_choices(mg, layer, cache, _with_tp1(space), devices=devices, ranks=ranks, samples=samples,

@@ -206,11 +206,12 @@ def _candidates(v: torch.Tensor, tp: int) -> list[Placement]:
 
 
 def _plain(placements) -> bool:
-    """Only Replicate, Shard and Partial(sum): no strided or other exotic shards."""
+    """Only Replicate, Shard and sum-partials (including the masked partial of a vocab-parallel
+    embedding): no strided or other exotic shards."""
     for p in placements:
         if p is None or type(p) in (Replicate, Shard):
             continue
-        if type(p) is Partial and p.reduce_op == "sum":
+        if isinstance(p, Partial) and p.reduce_op == "sum":
             continue
         return False
     return True
@@ -452,17 +453,19 @@ class _Model:
 
     def solve(self) -> np.ndarray:
         from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import lil_matrix
+        from scipy.sparse import coo_matrix
 
         n = len(self.cost)
-        a = lil_matrix((len(self.rows), n))
+        rows, cols, vals = [], [], []
         lo = np.empty(len(self.rows))
         hi = np.empty(len(self.rows))
         for i, (coefs, l, h) in enumerate(self.rows):
-            for j, c in coefs.items():
-                a[i, j] = c
+            rows.extend([i] * len(coefs))
+            cols.extend(coefs.keys())
+            vals.extend(coefs.values())
             lo[i], hi[i] = l, h
-        res = milp(np.asarray(self.cost), constraints=LinearConstraint(a.tocsr(), lo, hi),
+        a = coo_matrix((vals, (rows, cols)), shape=(len(self.rows), n)).tocsr()
+        res = milp(np.asarray(self.cost), constraints=LinearConstraint(a, lo, hi),
                    integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
         if res.x is None:
             raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")

@@ -280,9 +280,11 @@ class _Search:
             return None
         if bounds is None:
             return None
-        # a memory-blind lower bound: the fastest choices, perfectly balanced, no bubble
-        lb = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
-                 for i in range(len(self.layers))) / pp
+        # a memory-blind lower bound: the fastest choices, perfectly balanced; a pipeline step
+        # takes at least (m + pp − 1) micro-batch slots of its slowest stage, ≥ the average one
+        total = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
+                    for i in range(len(self.layers)))
+        lb = total / pp * (m + pp - 1) / m
         if lb >= best_so_far:
             return None
         self.points += 1

@@ -1,0 +1,196 @@
+"""Predicted quality of searched plans against the best hand-written baseline, same cost model.
+
+For every (model, cluster, memory budget) of the matrix the full search (``plan(..., baselines=
+False)``) and every baseline of :mod:`galvatron_fx.search.baselines` (DDP, ZeRO-2, FSDP/ZeRO-3,
+Megatron tp×pp, each with and without recompute) are priced by one ``AnalyticCostModel`` (bf16) in
+the same run. ``ratio_vs_best_baseline`` = best baseline's predicted step time / the searched
+plan's, i.e. the searched plan's predicted throughput over the best baseline's. The search space
+contains every baseline, so a ratio below 1.0 is a search bug; the script says so in its output
+(it does not raise) and lists the cases. Where the ratio exceeds 1.2 a ``why`` string compares the
+plan's per-layer strategies with the best baseline's.
+
+Matrix: gpt2-xl, gpt3-6.7b, gpt3-175b, llama2-7b, llama2-70b, bert-large, t5-base ×
+8×A100-80G (``dgx-a100-80g`` × 1), 8×RTX 4090 (``rtx4090-pcie`` × 1), 64×H100 (``dgx-h100`` × 8),
+1,024×A100-80G (``dgx-a100-80g`` × 128) × memory budget = the device's full memory and half of it.
+Sequence length: the model's maximum capped at 2048 (GPT-2 XL 1024, BERT-large 512, T5-base its
+default 512), 4096 for Llama-2. Global batch: 8 sequences per device, capped at 1,536. Each model
+is captured once (meta device, batch 1) and reused. Combos where nothing fits are kept as
+``fits: false`` with the ``PlanError`` message. Nothing of the full matrix is skipped (it runs in
+a few minutes on 2 cores); ``skipped`` lists anything left out (``--quick`` leaves out a lot).
+Prints a table and writes ``benchmarks/results/plan_quality.json``
+(``{"rows": [...], "min_ratio": ..., "below_1": [...], "skipped": [...], "machine": {...}}``).
+
+    python benchmarks/plan_quality.py [--quick]
+
+``--quick``: gpt2-xl, llama2-7b and bert-large on the two 8-GPU presets, full memory only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, write_results  # noqa: E402
+
+MODELS = {  # name -> sequence length
+    "gpt2-xl": 1024, "gpt3-6.7b": 2048, "gpt3-175b": 2048, "llama2-7b": 4096, "llama2-70b": 4096,
+    "bert-large": 512, "t5-base": 512,
+}
+CLUSTERS = [("dgx-a100-80g", 1), ("rtx4090-pcie", 1), ("dgx-h100", 8), ("dgx-a100-80g", 128)]
+BATCH_PER_DEVICE, BATCH_CAP = 8, 1536
+WHY_ABOVE = 1.2
+
+
+def _counts(layers) -> Counter:
+    return Counter(l.strategy.short() for l in layers)
+
+
+def _fmt_counts(c: Counter) -> str:
+    if len(c) == 1:
+        return next(iter(c))
+    return ", ".join(f"{n}× {s}" for s, n in c.most_common())
+
+
+def describe(p) -> str:
+    """``pp2×mb16: 40× tp4+megatron·zero3, 3× tp1·zero3`` (distinct strategies over all layers)."""
+    return f"pp{p.pp}×mb{p.num_microbatches}: {_fmt_counts(_counts(p.layers))}"
+
+
+def why(p, base_name: str, b) -> str:
+    """The per-layer choices where the searched plan ``p`` differs from the best baseline ``b``."""
+    from galvatron_fx.ir.graph import LayerRole
+    from galvatron_fx.recompute import Recompute
+
+    blocks = [l for l in p.layers if l.role == LayerRole.BLOCK]
+    bblocks = [l for l in b.layers if l.role == LayerRole.BLOCK]
+    parts = [f"blocks use {_fmt_counts(_counts(blocks))} (baseline {base_name}: {_fmt_counts(_counts(bblocks))})"]
+    rc = sum(l.strategy.recompute != Recompute.NONE for l in blocks)
+    brc = sum(l.strategy.recompute != Recompute.NONE for l in bblocks)
+    if rc != brc:
+        parts.append(f"{rc} of {len(blocks)} blocks recompute (baseline {brc})")
+    others = [f"{l.name}: {l.strategy.short()} vs {bl.strategy.short()}"
+              for l, bl in zip(p.layers, b.layers) if l.role != LayerRole.BLOCK and l.strategy != bl.strategy]
+    if others:
+        parts.append("other layers " + "; ".join(others[:4]) + (" …" if len(others) > 4 else ""))
+    if (p.pp, p.num_microbatches) != (b.pp, b.num_microbatches):
+        parts.append(f"pp{p.pp}×mb{p.num_microbatches} vs pp{b.pp}×mb{b.num_microbatches}")
+    bd, bbd = p.predicted.breakdown, b.predicted.breakdown
+    diffs = [f"{k} {bd[k]:.3g} s vs {bbd[k]:.3g} s" for k in ("compute", "comm", "bubble")
+             if k in bd and k in bbd and abs(bd[k] - bbd[k]) > 0.05 * max(b.predicted.step_time_s, 1e-12)]
+    if diffs:
+        parts.append("; ".join(diffs))
+    return "; ".join(parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 models × the two 8-GPU presets, full memory")
+    args = ap.parse_args()
+
+    import galvatron_fx as gfx
+    from galvatron_fx import zoo
+    from galvatron_fx.cost_models import AnalyticCostModel
+    from galvatron_fx.errors import PlanError
+    from galvatron_fx.ir.strategy import Precision
+    from galvatron_fx.search.baselines import all_baselines
+
+    models, clusters, fractions = dict(MODELS), list(CLUSTERS), (1.0, 0.5)
+    skipped: list[dict] = []
+    if args.quick:
+        models = {m: MODELS[m] for m in ("gpt2-xl", "llama2-7b", "bert-large")}
+        clusters, fractions = CLUSTERS[:2], (1.0,)
+        skipped.append({"what": "everything but gpt2-xl/llama2-7b/bert-large × 8-GPU presets × full memory",
+                        "reason": "--quick"})
+
+    t_all = time.perf_counter()
+    rows: list[dict] = []
+    print(f"{'model':<11} {'cluster':<17} {'mem':>5} {'gbs':>5} {'ratio':>6} {'best baseline':<24} {'s':>5}  plan")
+    for model, seq in models.items():
+        t0 = time.perf_counter()
+        m, inputs = zoo.build(model, batch_size=1, seq_len=seq, device="meta")
+        mg = gfx.capture(m, inputs, name=model)
+        capture_s = time.perf_counter() - t0
+        for preset, nodes in clusters:
+            cluster = gfx.Cluster.preset(preset, nodes=nodes)
+            cm = AnalyticCostModel(cluster, precision=Precision.named("bf16"))
+            gb = min(BATCH_PER_DEVICE * cluster.world_size, BATCH_CAP)
+            full = cluster.min_memory_bytes()
+            for frac in fractions:
+                budget = int(full * frac)
+                row: dict = {"model": model, "seq": seq, "cluster": f"{preset}x{nodes}", "devices": cluster.world_size,
+                             "global_batch": gb, "memory_gib": budget / 2**30, "memory_fraction": frac,
+                             "capture_s": capture_s}
+                t1 = time.perf_counter()
+                p = None
+                try:
+                    p = gfx.plan(mg, cluster, global_batch_size=gb, memory_budget=budget, precision="bf16",
+                                 baselines=False, cost_model=cm)
+                except PlanError as e:
+                    row.update(fits=False, error=str(e))
+                row["search_s"] = time.perf_counter() - t1
+                t2 = time.perf_counter()
+                bl = all_baselines(mg, cluster, cm, global_batch_size=gb, memory_budget=budget)
+                row["baselines_s"] = time.perf_counter() - t2
+                row["baselines"] = {n: (b.predicted.step_time_s if b is not None else None) for n, b in bl.items()}
+                fitting = {n: b for n, b in bl.items() if b is not None}
+                best = min(fitting.items(), key=lambda nb: nb[1].predicted.step_time_s) if fitting else None
+                row["best_baseline"] = best[0] if best else None
+                row["best_baseline_step_time_s"] = best[1].predicted.step_time_s if best else None
+                if p is None:
+                    row["ratio_vs_best_baseline"] = None
+                    if best:  # the search space holds every baseline: this is a bug
+                        row["bug"] = f"search found nothing but baseline {best[0]} fits"
+                else:
+                    row.update(fits=True, step_time_s=p.predicted.step_time_s,
+                               throughput_samples_s=p.predicted.throughput_samples_s,
+                               peak_memory_gib=max(p.predicted.peak_memory_bytes) / 2**30,
+                               pp=p.pp, num_microbatches=p.num_microbatches,
+                               strategies=dict(_counts(p.layers).most_common()), plan=describe(p),
+                               solver_search_s=p.solver_stats.get("search_s"))
+                    if best:
+                        ratio = best[1].predicted.step_time_s / p.predicted.step_time_s
+                        row["ratio_vs_best_baseline"] = ratio
+                        row["best_baseline_plan"] = describe(best[1])
+                        if ratio > WHY_ABOVE:
+                            row["why"] = why(p, best[0], best[1])
+                        if ratio < 1.0:
+                            row["bug"] = f"searched plan slower than baseline {best[0]} (ratio {ratio:.6f})"
+                    else:
+                        row["ratio_vs_best_baseline"] = None
+                        row["note"] = "no baseline fits; only the search finds a plan"
+                    if max(p.predicted.peak_memory_bytes) > budget:
+                        row["bug"] = (row.get("bug", "") + "; " if "bug" in row else "") + "plan exceeds its budget"
+                rows.append(row)
+                r = row.get("ratio_vs_best_baseline")
+                ratio_s = f"{r:6.3f}" if r is not None else ("  -   " if row["fits"] else "no fit")
+                desc = row.get("plan") or row["error"][:70]
+                print(f"{model:<11} {row['cluster']:<17} {row['memory_gib']:>5.0f} {gb:>5} {ratio_s} "
+                      f"{row['best_baseline'] or '-':<24} {row['search_s'] + row['baselines_s']:>5.1f}  {desc}"
+                      + (f"  BUG: {row['bug']}" if "bug" in row else ""), flush=True)
+                if "why" in row:
+                    print(f"{'':>11}   why: {row['why']}", flush=True)
+
+    ratios = [r["ratio_vs_best_baseline"] for r in rows if r.get("ratio_vs_best_baseline") is not None]
+    below = [{k: r.get(k) for k in ("model", "cluster", "memory_gib", "ratio_vs_best_baseline", "best_baseline",
+                                     "plan", "best_baseline_plan", "bug")}
+             for r in rows if "bug" in r]
+    min_ratio = min(ratios) if ratios else None
+    wall = time.perf_counter() - t_all
+    print(f"\n{len(rows)} combos, {sum(r['fits'] for r in rows)} fit, {len(ratios)} with a fitting baseline; "
+          f"min ratio {min_ratio:.4f}, max {max(ratios):.3f}; wall {wall:.0f} s")
+    never_below = all(x >= 1.0 for x in ratios)
+    print(f"ratio never below 1.0: {'YES' if never_below else 'NO — search bug'}")
+    for b in below:
+        print(f"  BUG {b['model']} {b['cluster']} {b['memory_gib']:.0f} GiB: {b['bug']}")
+    path = write_results("plan_quality", {"rows": rows, "min_ratio": min_ratio, "ratio_never_below_1": never_below,
+                                          "below_1": below, "skipped": skipped, "quick": args.quick,
+                                          "wall_s": wall, "machine": machine()})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
