@@ -1,8 +1,10 @@
 """The demo behind ``make demo``.
 
 Captures a small GPT that really runs here and a 7B Llama on the meta device (no weights),
-annotates both with measured costs, and prints what the planner sees: layers, kinds, FLOPs and
-activation memory. Dumps (JSON, DOT) go to ``runs/demo/``.
+annotates both with measured costs, prints what the planner sees (layers, kinds, FLOPs,
+activation memory), then searches a hybrid-parallel plan for the Llama on one 8-GPU A100 node
+under a memory budget and explains it against the hand-written baselines. Dumps (graph JSON,
+DOT, plan JSON) go to ``runs/demo/``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,28 @@ def show(name: str, *, batch: int, seq: int, device: str) -> None:
     print(f"  wrote {OUT / (name + '.json')} and {OUT / (name + '.dot')}\n")
 
 
+def plan_demo() -> None:
+    import galvatron_fx as gfx
+
+    model, inputs = zoo.build("llama2-7b", batch_size=1, seq_len=4096, device="meta")
+    mg = capture(model, inputs, name="llama2-7b")
+    cluster = gfx.Cluster.preset("dgx-a100-80g", nodes=1)
+    budget = 40 * 2**30
+    print(f"searching a plan for llama2-7b (global batch 64 x 4096 tokens) on {cluster.world_size} A100-80GB, "
+          f"{budget / 2**30:.0f} GiB budget per GPU ...")
+    p = gfx.plan(mg, cluster, global_batch_size=64, memory_budget=budget, precision="bf16")
+    print(p.explain())
+    print()
+    print(p.explain("blocks.0"))
+    path = p.save(OUT / "llama2-7b-plan.json")
+    print(f"  wrote {path}")
+
+
 def main() -> None:
     torch.manual_seed(0)
     show("gpt-tiny", batch=8, seq=128, device="cpu")
     show("llama2-7b", batch=1, seq=2048, device="meta")
+    plan_demo()
 
 
 if __name__ == "__main__":
