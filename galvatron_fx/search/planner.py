@@ -349,7 +349,7 @@ def plan(
     cluster: Cluster,
     example_inputs: Sequence | None = None,
     *,
-    global_batch_size: int,
+    global_batch_size: int | Sequence[int],
     memory_budget: int | float | None = None,
     search: SearchSpace | dict | None = None,
     cost_model: CostModel | None = None,
@@ -361,6 +361,7 @@ def plan(
 ) -> ParallelPlan:
     """Search a hybrid-parallel plan for ``model_or_graph`` on ``cluster`` (see module doc).
 
+    ``global_batch_size`` may be a list: the batch with the highest predicted throughput wins.
     ``memory_budget`` is bytes per device (default: the smallest device memory of the cluster);
     ``search`` caps or switches off dimensions (:class:`SearchSpace` or a dict of its fields).
     With ``baselines`` the best hand-written configuration (DDP, ZeRO/FSDP, Megatron tp×pp) is
@@ -380,10 +381,24 @@ def plan(
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     space = SearchSpace.coerce(search)
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
-    if global_batch_size < 1:
-        raise PlanError(f"global_batch_size must be >= 1, got {global_batch_size}")
-    s = _Search(mg, cluster, cm, space, global_batch_size, budget, progress)
-    best = s.run()
+    batches = [global_batch_size] if isinstance(global_batch_size, int) else sorted(set(global_batch_size))
+    if not batches or min(batches) < 1:
+        raise PlanError(f"global_batch_size must be >= 1 (or a list of candidates), got {global_batch_size}")
+    # several global batches: the one with the highest predicted throughput that fits wins
+    best, s, errors = None, None, []
+    cache = OptionCache(mg, cm)
+    for gb in batches:
+        search_gb = _Search(mg, cluster, cm, space, gb, budget, progress, cache)
+        try:
+            cand = search_gb.run()
+        except PlanError as e:
+            errors.append(e)
+            continue
+        if best is None or gb / cand.step_time_s > best.samples * best.m / best.step_time_s:
+            best, s = cand, search_gb
+    if best is None:
+        raise errors[0]
+    global_batch_size = best.samples * best.m
     search_s = time.perf_counter() - t0
     base = None
     if baselines and not space.uniform:

@@ -104,3 +104,11 @@ def test_cli_plan_exit_codes(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "no plan fits" in err and "smallest needs" in err
+
+
+def test_global_batch_can_be_searched(gpt2, rtx):
+    p = gfx.plan(gpt2, rtx, global_batch_size=[16, 64], memory_budget=int(24 * GiB), precision="bf16",
+                 baselines=False)
+    small = _plan(gpt2, rtx, 24).predicted  # global batch 64
+    assert p.global_batch_size in (16, 64)
+    assert p.predicted.throughput_samples_s >= small.throughput_samples_s * 0.999
