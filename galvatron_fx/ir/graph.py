@@ -158,6 +158,22 @@ class ModelGraph:
         known = ", ".join(l.name for l in self.layers[:8])
         raise KeyError(f"no layer named {name!r}; layers are: {known}, ...")
 
+    def layer_nodes(self, layer: LayerInfo) -> list[fx.Node]:
+        """The layer's nodes, in graph order."""
+        by_name = self.nodes_by_name()
+        return [by_name[n] for n in layer.node_names]
+
+    def layer_inputs(self, layer: LayerInfo) -> list[fx.Node]:
+        """Values the layer reads from outside (parameters included), in first-use order."""
+        nodes = self.layer_nodes(layer)
+        inside = set(nodes)
+        ext: list[fx.Node] = []
+        for n in nodes:
+            for a in n.all_input_nodes:
+                if a not in inside and a.op != "get_attr" and a not in ext:
+                    ext.append(a)
+        return ext
+
     def kinds(self) -> dict[str, list[LayerInfo]]:
         """Layer kind hash → the layers of that kind, in order."""
         out: dict[str, list[LayerInfo]] = {}

@@ -40,7 +40,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
-from galvatron_fx.ir.meta import copy_costs, facts, tensor_bytes
+from galvatron_fx.ir.meta import NodeFacts, copy_costs, cost_field_names, facts, tensor_bytes
 from galvatron_fx.passes.runner import PassContext, graph_pass
 from galvatron_fx.recompute import Recompute, checkpoint_fn
 
@@ -172,19 +172,9 @@ def _call(n: fx.Node, args, kwargs):
     raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
 
 
-@dataclass
-class _NodeCost:
-    fwd_flops: int = 0
-    bwd_flops: int = 0
-    fwd_bytes: int = 0
-    bwd_bytes: int = 0
-    output_bytes: int = 0
-    saved_bytes: int = 0
-
-
 def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
                    rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str],
-                   failures: list[str]) -> tuple[dict[str, _NodeCost], set[str]]:
+                   failures: list[str]) -> tuple[dict[str, NodeFacts], set[str]]:
     """Run one layer forward (and each node's backward) on fake tensors.
 
     Returns per-node costs and the names of the ``shared`` inputs (values read by several
@@ -192,7 +182,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
     """
     nodes = [by_name[x] for x in layer.node_names]
     inside = set(nodes)
-    costs: dict[str, _NodeCost] = {n.name: _NodeCost() for n in nodes}
+    costs: dict[str, NodeFacts] = {n.name: NodeFacts() for n in nodes}
     saved_shared: set[str] = set()
     with FakeTensorMode(allow_non_fake_inputs=True):
         env: dict[fx.Node, object] = {}
@@ -446,9 +436,8 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
             shared_saved.update(layer.input_names[i] for i in pos)
         for name, c in costs.items():
             f = facts(by_name[name])
-            f.fwd_flops, f.bwd_flops = c.fwd_flops, c.bwd_flops
-            f.fwd_bytes, f.bwd_bytes = c.fwd_bytes, c.bwd_bytes
-            f.output_bytes, f.saved_bytes = int(c.output_bytes), c.saved_bytes
+            for k in cost_field_names():
+                setattr(f, k, int(getattr(c, k)))
         for other in layers[1:]:
             for a, b in zip(first.node_names, other.node_names):
                 copy_costs(by_name[a], by_name[b])

@@ -148,13 +148,8 @@ def _layer_job(mg: ModelGraph, layer: LayerInfo, device: torch.device, seed: int
     from galvatron_fx.passes.annotate_costs import layer_callable
 
     by_name = mg.nodes_by_name()
-    nodes = [by_name[n] for n in layer.node_names]
-    inside = set(nodes)
-    ext: list[fx.Node] = []
-    for n in nodes:
-        for a in n.all_input_nodes:
-            if a not in inside and a.op != "get_attr" and a not in ext:
-                ext.append(a)
+    nodes = mg.layer_nodes(layer)
+    ext = mg.layer_inputs(layer)
     gen = torch.Generator().manual_seed(seed)
     xs = [_real_like(a.meta.get("val"), facts(a).requires_grad, device, gen) for a in ext]
     leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]

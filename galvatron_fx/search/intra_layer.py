@@ -112,13 +112,8 @@ class DecomposedLayer:
 def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
     """Re-trace ``layer`` into the ATen ops DTensor dispatches at run time, on fake tensors."""
     by_name = mg.nodes_by_name()
-    nodes = [by_name[n] for n in layer.node_names]
-    inside = set(nodes)
-    ext: list[fx.Node] = []
-    for n in nodes:
-        for a in n.all_input_nodes:
-            if a not in inside and a not in ext and a.op != "get_attr":
-                ext.append(a)
+    nodes = mg.layer_nodes(layer)
+    ext = mg.layer_inputs(layer)
     param_nodes = {node for p in mg.params.values() if not p.is_buffer for node in p.nodes}
     readers: dict[str, int] = defaultdict(int)
     for other in mg.layers:
