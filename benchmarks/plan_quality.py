@@ -181,14 +181,17 @@ def main() -> None:
     min_ratio = min(ratios) if ratios else None
     wall = time.perf_counter() - t_all
     print(f"\n{len(rows)} combos, {sum(r['fits'] for r in rows)} fit, {len(ratios)} with a fitting baseline; "
-          f"min ratio {min_ratio:.4f}, max {max(ratios):.3f}; wall {wall:.0f} s")
+          + (f"min ratio {min_ratio:.4f}, max {max(ratios):.3f}" if ratios else "no ratios") + f"; wall {wall:.0f} s")
+    never_fit = [n for n in (rows[0]["baselines"] if rows else {}) if all(r["baselines"].get(n) is None for r in rows)]
+    if never_fit:
+        print(f"WARNING: baselines that fit in no combo (suspect the baseline, not the model): {', '.join(never_fit)}")
     never_below = all(x >= 1.0 for x in ratios)
     print(f"ratio never below 1.0: {'YES' if never_below else 'NO — search bug'}")
     for b in below:
         print(f"  BUG {b['model']} {b['cluster']} {b['memory_gib']:.0f} GiB: {b['bug']}")
     path = write_results("plan_quality", {"rows": rows, "min_ratio": min_ratio, "ratio_never_below_1": never_below,
-                                          "below_1": below, "skipped": skipped, "quick": args.quick,
-                                          "wall_s": wall, "machine": machine()})
+                                          "below_1": below, "baselines_never_fit": never_fit, "skipped": skipped,
+                                          "quick": args.quick, "wall_s": wall, "machine": machine()})
     print(f"wrote {path}")
 
 

@@ -46,8 +46,8 @@ class LayerStrategy:
         object.__setattr__(self, "recompute", Recompute(self.recompute))
         if self.tp < 1:
             raise ValueError(f"tp must be >= 1, got {self.tp}")
-        if self.sp == SPMode.MEGATRON and self.tp == 1:
-            raise ValueError("Megatron sequence parallelism needs tp > 1")
+        if self.sp != SPMode.NONE and self.tp == 1:
+            raise ValueError(f"{self.sp} sequence parallelism needs a group of tp > 1 ranks")
 
     def to_dict(self) -> dict:
         return {"tp": self.tp, "sp": str(self.sp), "dp_type": str(self.dp_type), "recompute": str(self.recompute)}

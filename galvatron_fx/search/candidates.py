@@ -53,7 +53,7 @@ class SearchSpace:
 
     tp: tuple[int, ...] | None = None
     max_tp: int | None = None
-    sp: tuple[SPMode, ...] = (SPMode.NONE, SPMode.MEGATRON)
+    sp: tuple[SPMode, ...] = (SPMode.NONE, SPMode.MEGATRON, SPMode.ULYSSES)
     dp_types: tuple[DPType, ...] = (DPType.DDP, DPType.ZERO2, DPType.ZERO3)
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     pp: tuple[int, ...] | None = None
@@ -182,8 +182,6 @@ def layer_choices(
         # sequence parallelism is a block-level choice: embeddings, heads and losses keep theirs
         sps = space.sp if tp > 1 and layer.role == LayerRole.BLOCK else (SPMode.NONE,)
         for sp in sps:
-            if sp == SPMode.ULYSSES:
-                continue  # not priced yet: Ulysses needs the all-to-all attention rewrite
             for opt in (cache.option_list(layer, tp, sp) if tp > 1 else [None]):
                 out.extend(_priced(mg, layer, cm, space, opt, tp=tp, sp=sp, dp=dp, local=local, frac=frac,
                                    ranks=ranks, params=params, grad_bytes=grad_bytes,

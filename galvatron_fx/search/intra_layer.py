@@ -12,7 +12,10 @@ that DTensor itself sees at run time (``addmm``, ``native_layer_norm``, ``view``
 attention kernel, …), so every placement the solver picks is one the runtime can execute.
 A *value* is one tensor output of a node; a *strategy* of a node fixes the placement of each
 of its tensor inputs and outputs on the 1-D ``tp`` mesh (``Replicate``, ``Shard(d)``,
-``Partial``). Strategies come from DTensor's own sharding propagator (its single-dim and op
+``Partial``). Sequence-parallel modes fix the layout of the hidden state at the layer's
+boundary: ``none`` replicated, ``megatron`` and ``ulysses`` split on the sequence dim; Ulysses
+also keeps every parameter whole, so the solver has to move the sequence split to heads around
+attention (all-to-all) instead of sharding weights. Strategies come from DTensor's own sharding propagator (its single-dim and op
 strategy functions), plus a short list of our overrides (``_OVERRIDES``) for kernels DTensor
 has no rule for.
 
@@ -30,8 +33,9 @@ that some consumer does, and ``z[v,g,a] = w[v,g]·x[u,a]``:
                z[v,g,a] ≥ w[v,g] + x[u,a] − 1                  (_add_grad_constraints)
                x fixed on the layer's inputs/outputs by the sequence-parallel mode
 
-``compute(n,s)`` is the node's measured forward+backward time, divided by ``tp`` when ``s``
-partitions the work (any sharded or partial tensor). (1) is the forward redistribution on every
+``compute(n,s)`` is the node's forward+backward time from the cost model, on ``1/tp`` of its
+FLOPs and bytes when ``s`` partitions the work (a sharded input or output; launch overhead is
+paid either way). (1) is the forward redistribution on every
 edge, costed by the reshard model. (2) is the backward: a consumer that reads a replicated
 input inside partitioned work returns a *partial* gradient (Megatron's "f": identity forward,
 all-reduce backward); the gradients of one value are summed first and redistributed once to
@@ -170,8 +174,12 @@ class NodeStrategy:
 
     @property
     def partitioned(self) -> bool:
-        """Whether the work is split over the group (else every rank computes it all)."""
-        return any(isinstance(p, (Shard, Partial)) for p in self.inputs + self.outputs if p is not None)
+        """Whether the work is split over the group (else every rank computes it all).
+
+        Only sharded tensors split work: an op on partial inputs (a replicated weight fed as
+        Partial, say) still does the whole computation on every rank.
+        """
+        return any(isinstance(p, Shard) for p in self.inputs + self.outputs if p is not None)
 
     def grad_of_input(self, k: int) -> Placement | None:
         """The placement of the gradient this node hands back for tensor input ``k``."""
@@ -644,7 +652,9 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         val = ph.meta["val"]
         if role[ph] == "param":
             cands = [R] + [Shard(d) for d in range(val.ndim) if val.shape[d] % tp == 0 and val.shape[d] >= tp]
-            if shard_params and val.ndim >= 2 and len(cands) > 1:
+            if sp == SPMode.ULYSSES:
+                cands = [R]  # Ulysses: weights whole on every rank, the sequence split instead
+            elif shard_params and val.ndim >= 2 and len(cands) > 1:
                 cands = cands[1:]
         elif role[ph] == "activation":
             cands = [_layout_for(sp, val)]
@@ -655,9 +665,14 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     for n in calls:
         strategies[n.name] = node_strategies(n, mesh, tp)
         flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
-        # forward + backward: the backward of a kernel costs about twice its forward
-        t = 3 * cost_model.node_time_s(flops, nbytes) if (flops or nbytes) else 0.0
-        compute[n.name] = [t / tp if s.partitioned else t for s in strategies[n.name]]
+        # forward + backward: the backward of a kernel costs about twice its forward; a
+        # partitioned kernel does 1/tp of the work but still pays its launch overhead
+        if flops or nbytes:
+            whole = 3 * cost_model.node_time_s(flops, nbytes)
+            part = 3 * cost_model.node_time_s(flops / tp, nbytes / tp)
+        else:
+            whole = part = 0.0
+        compute[n.name] = [part if s.partitioned else whole for s in strategies[n.name]]
     consumers: dict[tuple[fx.Node, int], list[tuple[str, int]]] = defaultdict(list)
     for n in calls:
         tensor_args = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
@@ -671,6 +686,16 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         has_grad = val.is_floating_point() and not (u.op == "placeholder" and role.get(u) == "other")
         values.append(_Value(u.name, idx, tensor_bytes(val), val.ndim, has_grad, cons))
     forbidden: set[tuple[str, int]] = set()
+    if sp == SPMode.ULYSSES:  # every op reads its weights whole: no slicing a replicated weight
+        weightish = {ph.name for ph in dl.inputs if role[ph] == "param"}
+        for n in calls:  # views of weights (transposes, reshapes) are weights too
+            if _is_view_like(n) and any(a.name in weightish for a in n.all_input_nodes):
+                weightish.add(n.name)
+        for v in values:
+            if v.producer in weightish:
+                for n, k in v.consumers:
+                    forbidden |= {(n, i) for i, s in enumerate(strategies[n])
+                                  if k < len(s.inputs) and not isinstance(s.inputs[k], Replicate)}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     for a in tree_flatten(out_node.args)[0]:
         if not isinstance(a, fx.Node):
