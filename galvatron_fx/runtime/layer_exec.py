@@ -254,7 +254,7 @@ class LayerExecutor(nn.Module):
             if tuple(v.placements) == dst:
                 return v
             key = (a.name, dst)
-            if True:
+            if key not in moved:
                 moved[key] = _to_partial(v, self.mesh) if isinstance(want[a], Partial) else \
                     v.redistribute(self.mesh, dst)
             return moved[key]
@@ -275,7 +275,7 @@ class LayerExecutor(nn.Module):
     def sync_grads(self) -> None:
         """All-reduce (sum) each grad to its parameter's storage layout: over dp (batch-sharded
         readers leave it ``Partial``) and over tp where sequence parallelism left it ``Partial``."""
-        for p in []:
+        for p in self.params.values():
             if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                 p.grad = p.grad.redistribute(p.device_mesh, p.placements)
 
