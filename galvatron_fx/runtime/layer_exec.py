@@ -18,7 +18,9 @@ redistributed to ``(its current dp placement, the plan's tp placement)``; the dp
 left to DTensor's propagation (a batch ``Shard(0)`` survives the ``(B, T, C) -> (B*T, C)`` flatten
 and the matching unflatten). A value redistributed to the same layout for several readers is
 redistributed once (the plan charges it once), so the runtime's forward collectives equal
-``option.collectives("fwd")``. The op then runs on DTensors; its output tp placement is checked
+``option.collectives("fwd")``. A planned ``Partial`` input (``R -> P`` or ``S(d) -> P`` on tp,
+which DTensor's public ``redistribute`` refuses) is made locally by :func:`_to_partial`, with no
+collective, as the plan assumes. The op then runs on DTensors; its output tp placement is checked
 against the plan (mismatches are recorded in :attr:`LayerExecutor.mismatches`).
 
 Attention: the CPU flash-attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu``

@@ -58,7 +58,7 @@ class SearchSpace:
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     pp: tuple[int, ...] | None = None
     max_pp: int | None = None
-    schedules: tuple[str, ...] = ("1f1b",)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved_1f1b")
     num_microbatches: tuple[int, ...] | None = None
     max_microbatches: int = 64
     uniform: bool = False  # one strategy for all blocks (the hand-written baselines)

@@ -36,7 +36,7 @@ import numpy as np
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.pipeline import StageCost
-from galvatron_fx.errors import PlanError
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.inspect import fmt_bytes
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.plan import (
@@ -85,6 +85,7 @@ class _Candidate:
     step_time_s: float
     bubble_fraction: float
     breakdown: dict[str, float]
+    virtual_stages: int = 1
 
 
 class _Search:
@@ -134,8 +135,10 @@ class _Search:
         return self._trans[key]
 
     # ---- one stage ------------------------------------------------------------------------------
-    def stage(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int) -> _StageResult:
-        key = (lo, hi, devices, samples, m, in_flight)
+    def stage(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int,
+              budget: int | None = None) -> _StageResult:
+        budget = self.budget if budget is None else budget
+        key = (lo, hi, devices, samples, m, in_flight, budget)
         if key in self._stage:
             return self._stage[key]
         all_choices = [prune_dominated(self.choices(i, devices, samples, m), m, in_flight) for i in range(lo, hi)]
@@ -150,7 +153,7 @@ class _Search:
             extra_max_bytes=[_round_up(np.array([c.memory.temp_bytes for c in cs], dtype=np.int64), self.temp_step)
                              for cs in all_choices],
         )
-        sol = solve_chain(problem, self.budget, mem_resolution_bytes=self.mem_step)
+        sol = solve_chain(problem, budget, mem_resolution_bytes=self.mem_step)
         self.chain_solves += 1
         self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
         if not sol.feasible:
@@ -168,43 +171,72 @@ class _Search:
 
     # ---- a pipeline point -------------------------------------------------------------------------
     def evaluate(self, bounds: list[int], pp: int, m: int, schedule: str, samples: int) -> _Candidate | None:
+        """Solve every stage (chunk, under interleaving) at these boundaries and simulate a step."""
         devices = self.world // pp
+        v = _virtual(schedule)
         edges = bounds + [len(self.layers)]
-        stages = []
-        for s in range(pp):
-            in_flight = m if schedule == "gpipe" else min(pp - s, m)
-            st = self.stage(edges[s], edges[s + 1], devices, samples, m, in_flight)
+        in_flight = self._in_flight(schedule, pp, m, v)
+        chunks = []
+        for c in range(pp * v):
+            # chunks of one rank share its memory: each is solved within its share of the budget
+            st = self.stage(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v)
             if not st.choices:
                 return None
-            stages.append(st)
+            chunks.append(st)
         costs = []
-        for s, st in enumerate(stages):
-            fwd = sum(c.fwd_s + c.tp_comm_s / 2 for c in st.choices) + sum(st.trans_s) / (2 * m)
-            bwd = sum(c.bwd_s + c.tp_comm_s / 2 for c in st.choices) + sum(st.trans_s) / (2 * m)
-            p2p = self._p2p_s(stages, s, devices, samples) if s < pp - 1 else 0.0
+        for c, st in enumerate(chunks):
+            fwd = sum(x.fwd_s + x.tp_comm_s / 2 for x in st.choices) + sum(st.trans_s) / (2 * m)
+            bwd = sum(x.bwd_s + x.tp_comm_s / 2 for x in st.choices) + sum(st.trans_s) / (2 * m)
+            p2p = self._p2p_s(chunks, c, devices, samples) if c < pp * v - 1 else 0.0
             costs.append(StageCost(fwd_s=fwd, bwd_s=bwd, p2p_s=p2p))
         if pp == 1:
-            step = m * (costs[0].fwd_s + costs[0].bwd_s)
+            step = m * sum(x.fwd_s + x.bwd_s for x in costs)
             bubble = 0.0
         else:
-            res = self.cm.simulate_pipeline(schedule, costs, m)
+            try:
+                res = self.cm.simulate_pipeline(schedule, costs, m, virtual_stages=v)
+            except ConfigError:
+                return None
             step, bubble = res.step_time_s, res.bubble_fraction
-        dp_sync = max(sum(c.dp_comm_s for c in st.choices) for st in stages)
+        per_rank = [[chunks[c] for c in range(r, pp * v, pp)] for r in range(pp)]
+        dp_sync = max(sum(x.dp_comm_s for st in sts for x in st.choices) for sts in per_rank)
         step += dp_sync
-        compute = max(m * sum(c.fwd_s + c.bwd_s for c in st.choices) for st in stages)
-        comm = max(m * sum(c.tp_comm_s for c in st.choices) for st in stages) + dp_sync
-        transition = max(sum(st.trans_s) for st in stages)
-        breakdown = {"compute": compute, "comm": comm, "transition": transition,
-                     "bubble": max(0.0, step - dp_sync - max(s.time_s - sum(c.dp_comm_s for c in s.choices)
-                                                            for s in stages))}
-        return _Candidate(pp, m, schedule, samples, stages, step, bubble, breakdown)
+        busy = [sum(m * (x.fwd_s + x.bwd_s) for st in sts for x in st.choices) for sts in per_rank]
+        comm = max(m * sum(x.tp_comm_s for st in sts for x in st.choices) for sts in per_rank) + dp_sync
+        transition = max(sum(sum(st.trans_s) for st in sts) for sts in per_rank)
+        breakdown = {"compute": max(busy), "comm": comm, "transition": transition,
+                     "bubble": bubble * (step - dp_sync)}
+        return _Candidate(pp, m, schedule, samples, chunks, step, bubble, breakdown, v)
 
-    def _p2p_s(self, stages: list[_StageResult], s: int, devices: int, samples: int) -> float:
-        last = stages[s].choices[-1]
-        layer = self.layers[stages[s].layers[-1]]
+    def _in_flight(self, schedule: str, pp: int, m: int, v: int) -> list[int]:
+        """Micro-batches each chunk holds at its peak: m under GPipe, pp − s under 1F1B, and
+        counted from the operation order under interleaving."""
+        if schedule == "gpipe":
+            return [m] * (pp * v)
+        if v == 1:
+            return [min(pp - s, m) for s in range(pp)]
+        from galvatron_fx.cost_models.pipeline import rank_orders
+
+        try:
+            orders = rank_orders(schedule, pp, m, virtual_stages=v)
+        except ConfigError:
+            return [m] * (pp * v)
+        peak = [0] * (pp * v)
+        for order in orders:
+            live: dict[int, int] = {}
+            for kind, chunk, _mb in order:
+                live[chunk] = live.get(chunk, 0) + (1 if kind == "F" else -1)
+                peak[chunk] = max(peak[chunk], live[chunk])
+        return [max(1, x) for x in peak]
+
+    def _p2p_s(self, chunks: list[_StageResult], c: int, devices: int, samples: int) -> float:
+        last = chunks[c].choices[-1]
+        layer = self.layers[chunks[c].layers[-1]]
         nbytes = int(layer.costs.output_bytes * samples / self.captured_batch / last.dp)
-        src = (s + 1) * devices - 1
-        return self.cm.collective_time_s(Collective.P2P, nbytes, [src, src + 1])
+        pp = self.world // devices
+        src = (c % pp + 1) * devices - 1  # the last rank of this chunk's stage, to the next stage
+        dst = ((c + 1) % pp) * devices
+        return self.cm.collective_time_s(Collective.P2P, nbytes, [src, dst]) if src != dst else 0.0
 
     # ---- the outer loops ------------------------------------------------------------------------
     def pp_values(self) -> list[int]:
@@ -274,33 +306,35 @@ class _Search:
     def search_point(self, pp: int, m: int, schedule: str, best_so_far: float) -> _Candidate | None:
         samples = self.global_batch // m
         devices = self.world // pp
+        n_chunks = pp * _virtual(schedule)
         try:
-            bounds = self.balanced_bounds(pp, devices, samples, m)
+            bounds = self.balanced_bounds(n_chunks, devices, samples, m)
         except PlanError:
             return None
         if bounds is None:
             return None
         # a memory-blind lower bound: the fastest choices, perfectly balanced; a pipeline step
         # takes at least (m + pp − 1) micro-batch slots of its slowest stage, ≥ the average one
+        # ((m·v + pp − 1) chunk slots with v chunks per rank)
         total = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
                     for i in range(len(self.layers)))
-        lb = total / pp * (m + pp - 1) / m
+        lb = total / pp * (1 + (pp - 1) / (_virtual(schedule) * m))  # interleaving shrinks the bubble
         if lb >= best_so_far:
             return None
         self.points += 1
         cur = self.evaluate(bounds, pp, m, schedule, samples)
         # hill climbing on the simulated step time: shrink the bottleneck stage by one layer
-        for _ in range(4 * pp):
-            if cur is None or pp == 1:
+        for _ in range(4 * n_chunks):
+            if cur is None or n_chunks == 1:
                 break
-            slow = max(range(pp), key=lambda k: cur.stages[k].time_s)
+            slow = max(range(n_chunks), key=lambda k: cur.stages[k].time_s)
             best_move = None
             for b, delta in ((slow, 1), (slow + 1, -1)):  # its start moves right or its end left
-                if not 0 < b < pp:
+                if not 0 < b < n_chunks:
                     continue
                 nb = list(bounds)
                 nb[b] += delta
-                if not (nb[b - 1] < nb[b] < (nb[b + 1] if b + 1 < pp else len(self.layers))):
+                if not (nb[b - 1] < nb[b] < (nb[b + 1] if b + 1 < n_chunks else len(self.layers))):
                     continue
                 cand = self.evaluate(nb, pp, m, schedule, samples)
                 if cand is not None and cand.step_time_s < cur.step_time_s - 1e-12 and (
@@ -418,25 +452,29 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
               baseline: dict | None, precision: str, name: str) -> ParallelPlan:
     devices = cluster.world_size // best.pp
     layer_plans: list[LayerPlan] = []
-    peaks = []
-    for s, st in enumerate(best.stages):
-        temp = max((c.memory.temp_bytes for c in st.choices), default=0)
-        stage_mem = sum(c.mem_bytes(st.in_flight) for c in st.choices) + temp
-        peaks.append(int(stage_mem))
+    peaks = [0] * best.pp
+    temps = [0] * best.pp
+    for c, st in enumerate(best.stages):  # a stage, or a chunk of one under interleaving
+        rank_stage = c % best.pp
+        peaks[rank_stage] += sum(x.mem_bytes(st.in_flight) for x in st.choices)
+        temps[rank_stage] = max(temps[rank_stage], max((x.memory.temp_bytes for x in st.choices), default=0))
+    peaks = [int(p + t) for p, t in zip(peaks, temps)]
+    for c, st in enumerate(best.stages):
+        stage_mem = peaks[c % best.pp]
         for j, i in enumerate(st.layers):
             layer = mg.layers[i]
-            c = st.choices[j]
-            pred = _prediction(c, best.m, st.in_flight, st.trans_s[j], temp_here=c.memory.temp_bytes)
+            x = st.choices[j]
+            pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes)
             alts = _alternatives(st, j, best.m, budget, stage_mem)
             layer_plans.append(LayerPlan(
-                name=layer.name, kind=layer.kind, role=layer.role, stage=s, strategy=c.strategy, dp=c.dp,
-                placements=dict(c.option.placements) if c.option is not None else {},
+                name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
+                placements=dict(x.option.placements) if x.option is not None else {},
                 predicted=pred, alternatives=tuple(alts)))
     max_dp = max(lp.dp for lp in layer_plans)
     samples = best.samples
     plan = ParallelPlan(
         model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
-        pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=1,
+        pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
         global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
         stage_boundaries=tuple(st.layers.start for st in best.stages),
         stage_ranks=tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
@@ -448,6 +486,11 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         solver_stats=stats, baseline=baseline, notes=(),
     )
     return plan
+
+
+def _virtual(schedule: str) -> int:
+    """Model chunks per rank: two under interleaved 1F1B (Megatron's usual), else one."""
+    return 2 if schedule == "interleaved_1f1b" else 1
 
 
 def _round_up(a: np.ndarray, step: int) -> np.ndarray:
