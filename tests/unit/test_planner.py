@@ -112,3 +112,21 @@ def test_global_batch_can_be_searched(gpt2, rtx):
     small = _plan(gpt2, rtx, 24).predicted  # global batch 64
     assert p.global_batch_size in (16, 64)
     assert p.predicted.throughput_samples_s >= small.throughput_samples_s * 0.999
+
+
+def test_interleaved_schedule_shrinks_the_bubble(rtx):
+    # many even blocks and a small vocabulary, so that eight chunks can be balanced
+    model, inputs = zoo.build("gpt2-small", batch_size=1, seq_len=1024, device="meta",
+                              overrides={"n_layers": 32, "vocab_size": 4096})
+    mg = gfx.capture(model, inputs)
+    fixed = {"pp": (4,), "num_microbatches": (8,), "max_tp": 1}
+    plain = _plan(mg, rtx, 24, search={**fixed, "schedules": ("1f1b",)})
+    inter = _plan(mg, rtx, 24, search={**fixed, "schedules": ("interleaved_1f1b",)})
+    assert plain.virtual_stages == 1 and inter.virtual_stages == 2
+    assert len(inter.stage_boundaries) == 8 and inter.schedule == "interleaved_1f1b"
+    assert inter.predicted.bubble_fraction < plain.predicted.bubble_fraction
+    assert inter.predicted.step_time_s < plain.predicted.step_time_s
+    # chunk c runs on stage c % pp: every stage holds two separate runs of layers
+    stages = [l.stage for l in inter.layers]
+    assert stages[0] == 0 and stages[-1] == 3 and sorted(set(stages)) == [0, 1, 2, 3]
+    assert gfx.ParallelPlan.from_json(inter.to_json()) == inter
