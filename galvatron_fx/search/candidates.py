@@ -201,9 +201,9 @@ def _priced(mg, layer, cm, space, opt, *, tp, sp, dp, local, frac, ranks, params
     tp_comm = (opt.comm_fwd_s + opt.comm_bwd_s) * frac if opt is not None else 0.0
     fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
     dp_ranks = list(ranks[::tp])[:dp]
-    for rc in space.recompute:
-        if rc != Recompute.NONE and layer.role in (LayerRole.LOSS,):
-            continue
+    # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
+    rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
+    for rc in rcs:
         _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share

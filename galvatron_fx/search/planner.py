@@ -145,7 +145,7 @@ class _Search:
         trans: list[np.ndarray | None] = [None]
         for j in range(1, hi - lo):
             sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
-            trans.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, (hash(sig),)))
+            trans.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, sig))
         problem = ChainProblem(
             time_s=[np.array([c.step_time_s(m) for c in cs]) for cs in all_choices],
             mem_bytes=[np.array([c.mem_bytes(in_flight) for c in cs], dtype=np.int64) for cs in all_choices],
