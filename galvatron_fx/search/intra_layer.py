@@ -111,6 +111,7 @@ class DecomposedLayer:
     input_names: list[str]  # names of the original graph's external values
     fwd_flops: dict[str, int] = field(default_factory=dict)
     fwd_bytes: dict[str, int] = field(default_factory=dict)
+    strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
 
 
 def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
@@ -663,7 +664,9 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         strategies[ph.name] = [NodeStrategy((), (p,)) for p in cands]
     compute: dict[str, list[float]] = {ph.name: [0.0] * len(strategies[ph.name]) for ph in dl.inputs}
     for n in calls:
-        strategies[n.name] = node_strategies(n, mesh, tp)
+        if (n.name, tp) not in dl.strategies:  # the same for every SP mode and variant
+            dl.strategies[(n.name, tp)] = node_strategies(n, mesh, tp)
+        strategies[n.name] = dl.strategies[(n.name, tp)]
         flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
         # forward + backward: the backward of a kernel costs about twice its forward; a
         # partitioned kernel does 1/tp of the work but still pays its launch overhead

@@ -103,11 +103,12 @@ class _Search:
         self._choices: dict[tuple, list[LayerChoice]] = {}
         self._trans: dict[tuple, np.ndarray] = {}
         self._stage: dict[tuple, _StageResult] = {}
+        self._pruned: dict[tuple, list[LayerChoice]] = {}
         self.progress = progress
-        # memory is tracked to 1/1024 of the budget and temporary buffers to 1/64 (both rounded
-        # up, so a plan found is always within budget); exact when the budget is a multiple
+        # memory is compared at 1/1024 of the budget and temporary buffers rounded up to 1/32 of
+        # it (conservative: a plan found is always within budget)
         self.mem_step = max(1, budget // 1024)
-        self.temp_step = max(1, budget // 64)
+        self.temp_step = max(1, budget // 32)
         self.points = 0
         self.chain_solves = 0
         self.frontier_max = 0
@@ -123,6 +124,14 @@ class _Search:
                 self.mg, layer, self.cache, self.space, devices=devices, ranks=list(range(devices)),
                 samples=samples, num_microbatches=m, captured_batch=self.captured_batch, devices_per_node=self.dpn)
         return self._choices[key]
+
+    def pruned(self, i: int, devices: int, samples: int, m: int, in_flight: int) -> list[LayerChoice]:
+        """The layer's choices without dominated ones (cached: identical layers share them)."""
+        full = self.choices(i, devices, samples, m)
+        key = (id(full), in_flight)
+        if key not in self._pruned:
+            self._pruned[key] = prune_dominated(full, m, in_flight)
+        return self._pruned[key]
 
     def trans(self, i: int, prev: list[LayerChoice], cur: list[LayerChoice], devices: int, samples: int, m: int,
               key_extra: tuple) -> np.ndarray:
@@ -141,7 +150,7 @@ class _Search:
         key = (lo, hi, devices, samples, m, in_flight, budget)
         if key in self._stage:
             return self._stage[key]
-        all_choices = [prune_dominated(self.choices(i, devices, samples, m), m, in_flight) for i in range(lo, hi)]
+        all_choices = [self.pruned(i, devices, samples, m, in_flight) for i in range(lo, hi)]
         trans: list[np.ndarray | None] = [None]
         for j in range(1, hi - lo):
             sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
@@ -323,9 +332,10 @@ class _Search:
             return None
         self.points += 1
         cur = self.evaluate(bounds, pp, m, schedule, samples)
-        # hill climbing on the simulated step time: shrink the bottleneck stage by one layer
-        for _ in range(4 * n_chunks):
-            if cur is None or n_chunks == 1:
+        # hill climbing on the simulated step time: shrink the bottleneck stage by one layer —
+        # only from points within 10% of the best so far (moving boundaries rarely gains more)
+        for _ in range(2 * n_chunks):
+            if cur is None or n_chunks == 1 or cur.step_time_s > 1.1 * best_so_far:
                 break
             slow = max(range(n_chunks), key=lambda k: cur.stages[k].time_s)
             best_move = None
@@ -347,8 +357,11 @@ class _Search:
 
     def run(self) -> _Candidate:
         best: _Candidate | None = None
-        points = [(pp, m, sch) for sch in self.space.schedules for pp in self.pp_values()
-                  for m in self.m_values(pp, sch) if not (pp == 1 and sch != self.space.schedules[0])]
+        # more micro-batches first: they shrink the bubble, so a good plan is found early and
+        # the bubble-aware lower bound then skips most of the others
+        points = [(pp, m, sch) for pp in self.pp_values() for sch in self.space.schedules
+                  for m in sorted(self.m_values(pp, sch), reverse=True)
+                  if not (pp == 1 and sch != self.space.schedules[0])]
         for k, (pp, m, sch) in enumerate(points):
             if self.progress:
                 print(f"\r  searching pp={pp:<3} m={m:<4} {sch:<8} [{k + 1}/{len(points)}]", end="", file=sys.stderr)

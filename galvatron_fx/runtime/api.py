@@ -1,0 +1,82 @@
+"""``compile`` — capture, plan (or take a given plan) and build the :class:`ParallelModule`.
+
+Contract: called on every rank of an initialised process group (``torchrun``) with the same
+model, cluster and arguments. Every rank either returns a ``ParallelModule`` or raises the same
+``PlanError`` (world size, plan mismatch between ranks): the checks are local or collective over
+the whole group, so a bad plan never leaves some ranks waiting in a collective.
+
+Algorithm: capture at the example inputs' shape, plan (or check the given plan: *strategy
+locking*), re-capture at the per-micro-batch global shape the runtime runs
+(``global_batch_size / num_microbatches`` samples, the example inputs sliced or repeated along
+dim 0), then build the module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.runtime.parallel_module import ParallelModule
+
+log = logging.getLogger(__name__)
+
+__all__ = ["compile", "check_same_plan"]
+
+
+def _resize(x: torch.Tensor, batch: int) -> torch.Tensor:
+    if x.ndim == 0 or x.shape[0] == batch:
+        return x
+    reps = -(-batch // x.shape[0])
+    return x.repeat(reps, *([1] * (x.ndim - 1)))[:batch].clone()
+
+
+def check_same_plan(plan: ParallelPlan) -> None:
+    """All ranks hold the same plan (all-gather of ``plan_hash()``); else ``PlanError`` on every rank."""
+    mine = plan.plan_hash()
+    hashes: list[str] = [""] * dist.get_world_size()
+    dist.all_gather_object(hashes, mine)
+    if len(set(hashes)) > 1:
+        groups: dict[str, list[int]] = {}
+        for r, h in enumerate(hashes):
+            groups.setdefault(h, []).append(r)
+        which = "; ".join(f"ranks {rs}: {h[:12]}" for h, rs in groups.items())
+        raise PlanError(f"the ranks hold different plans ({which}): load the same plan file on every rank, "
+                        "or plan on one rank and broadcast it")
+
+
+def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *, loss_fn=None,
+            global_batch_size: int, memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
+            search=None) -> ParallelModule:  # noqa: A001 (the public name, DESIGN §6)
+    """Plan ``model`` for ``cluster`` (or use ``plan``) and return the :class:`ParallelModule`
+    that runs it on this rank (see module doc)."""
+    import galvatron_fx as gfx
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
+                        "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
+                        "first; to only inspect a plan, use galvatron_fx.plan(...)")
+    if loss_fn is not None:
+        raise NotImplementedError("compile(loss_fn=...) is not supported yet: make the model return its loss")
+    world = dist.get_world_size()
+    example_inputs = tuple(example_inputs)
+    if plan is None:
+        mg0 = gfx.capture(model, example_inputs)
+        plan = gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
+                        search=search)
+    if plan.world_size != world:  # every rank sees the same sizes: all raise, none waits
+        raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
+                        f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "
+                        f"or re-plan for {world} devices")
+    check_same_plan(plan)
+    if plan.global_batch_size != global_batch_size:
+        log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
+                    global_batch_size)
+    micro = plan.global_batch_size // plan.num_microbatches
+    mg = gfx.capture(model, tuple(_resize(x, micro) for x in example_inputs))
+    return ParallelModule(model, mg, plan)

@@ -1,0 +1,271 @@
+"""``ParallelModule`` — a plan without pipeline stages (``pp == 1``) as a chain of LayerExecutors.
+
+Contract: built from the user's model, its :class:`~galvatron_fx.ir.graph.ModelGraph` captured at
+the *per-micro-batch global* shape (``global_batch_size / num_microbatches`` samples) and a
+:class:`~galvatron_fx.ir.plan.ParallelPlan` with ``pp == 1``, on every rank of an initialised
+process group whose size is the plan's. ``forward(*inputs)`` takes one micro-batch of full
+(identical on every rank) user inputs and returns the loss as a plain tensor on every rank;
+``train_step`` runs a whole global batch. Parameters are DTensors (one copy per layer that reads
+them: a tied weight read by two layers is two parameters kept equal by summing their grads).
+
+Terms: per layer, the *mesh* is ``(dp, tp)`` with ``dp = plan.layers[i].dp``, over the stage's
+ranks (one mesh per shape, shared); a *value* is a tensor one layer makes and others read
+(named by the captured graph); a *transition* moves a value to the layout the reader wants:
+DTensor ``redistribute`` on one mesh, :func:`~galvatron_fx.runtime.reshard.reshard` across meshes.
+
+Layouts: user inputs with a batch dim are ``Shard(0)`` on dp (and as planned on tp); buffers are
+replicated; a hidden state keeps its dp placement (``Shard(0)``) and takes the reader's planned tp
+placement. The loss layer's mean over the local batch is made a global mean by dividing the
+dp-partial gradients' sum (``sync_grads``) — see :meth:`ParallelModule.forward`.
+
+Options: each executor follows the saved plan: its ``placements`` (node -> ``"in->out"``) are
+the ILP's solution for the layer, rebuilt into a ``LayerOption`` without solving again; a tp=1
+layer (the plan stores no placements) is all-replicated. If the saved placements do not name the
+decomposed nodes (another torch version traced other names), the layer is re-solved and a
+warning is logged.
+
+Data parallel flavours: DDP, ZeRO-2 and ZeRO-3 layers all keep full replicas over dp and
+all-reduce gradients once per step (same numerics as ZeRO; not yet its memory saving).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import Placement
+
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.recompute import checkpoint_fn
+from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
+from galvatron_fx.runtime.reshard import reshard
+from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer, parse_placement
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ParallelModule", "option_from_plan"]
+
+R = Replicate()
+
+
+def _calls(dl: DecomposedLayer) -> list[fx.Node]:
+    return [n for n in dl.gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
+            and n.target is not operator.getitem]
+
+
+def option_from_plan(dl: DecomposedLayer, kind: str, strategy, placements: dict[str, str]) -> LayerOption | None:
+    """The :class:`LayerOption` the executor needs, rebuilt from a plan's saved placements; an
+    all-replicated one at tp=1; None when the saved placements do not cover the decomposed nodes."""
+    tp = strategy.tp
+    needed = [ph.name for ph in dl.inputs] + [n.name for n in _calls(dl)]
+    if tp == 1 and not placements:
+        placements = {ph.name: "->R" for ph in dl.inputs}
+        placements |= {n.name: ",".join("R" for _ in _tensor_args(n)) + "->R" for n in _calls(dl)}
+    if any(n not in placements for n in needed):
+        return None
+    return LayerOption(kind=kind, tp=tp, sp=strategy.sp, placements=dict(placements), compute_s=0.0,
+                       compute_ratio=1.0 / tp, comm_fwd_s=0.0, comm_bwd_s=0.0, param_fraction=1.0,
+                       activation_fraction=1.0, comm=(), input_layout=(), output_layout=(),
+                       objective_s=0.0, solve_s=0.0, num_variables=0)
+
+
+class _Executor(LayerExecutor):
+    """A :class:`LayerExecutor` whose factory ops (``arange`` of positions, ``full`` of a mask),
+    which make plain tensors from no DTensor input, yield replicated DTensors, so that later ops
+    do not mix plain tensors and DTensors."""
+
+    def _run(self, n, env, moved):
+        out = super()._run(n, env, moved)
+        if isinstance(out, torch.Tensor) and not isinstance(out, DTensor):
+            out = DTensor.from_local(out, self.mesh, [R, R], run_check=False)
+        return out
+
+
+class ParallelModule(nn.Module):
+    """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
+
+    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None):
+        super().__init__()
+        if plan.pp != 1:
+            raise PlanError(f"ParallelModule runs plans without pipeline stages; this plan has pp={plan.pp}: "
+                            "re-plan with search={'pp': (1,)} (pipelined plans are not supported yet)")
+        if len(plan.layers) != len(mg.layers) or any(lp.name != l.name for lp, l in zip(plan.layers, mg.layers)):
+            raise PlanError(f"plan {plan.model!r} names other layers than the captured model: "
+                            f"{[lp.name for lp in plan.layers][:6]} vs {[l.name for l in mg.layers][:6]}; re-plan")
+        self.plan = plan
+        self.mg = mg
+        self._ranks = tuple(plan.stage_ranks[0])
+        self._meshes: dict[tuple[int, int], DeviceMesh] = {}
+        self.executors = nn.ModuleList()
+        self._ckpt = []
+        self.option_source: list[str] = []  # "plan" | "tp1" | "re-solved", per layer
+        named = dict(model.named_buffers())
+        self._buffers_full = {fqn: b.detach().clone() for fqn, b in named.items()}
+        self._node_fqn = {node: p.name for p in mg.params.values() for node in p.nodes}
+        self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
+        decomposed: dict[str, DecomposedLayer] = {}
+        for layer, lp in zip(mg.layers, plan.layers):
+            st = lp.strategy
+            mesh = self.mesh(lp.dp, st.tp)
+            if layer.kind not in decomposed:
+                decomposed[layer.kind] = decompose_layer(mg, layer)
+            # layers of one kind share the traced graph; only the names of their inputs differ
+            dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
+            option = option_from_plan(dl, layer.kind, st, lp.placements)
+            self.option_source.append("plan" if lp.placements else "tp1")
+            if option is None:
+                log.warning("layer %s: the plan's placements do not name this torch's decomposed nodes; "
+                            "re-solving its intra-layer ILP", layer.name)
+                option = self._resolve(layer, dl, st, cost_model)
+                self.option_source[-1] = "re-solved"
+            ex = _Executor.from_model(mg, layer, option, mesh, model, decomposed=dl)
+            ex.input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
+            ex.layer_outputs = list(layer.output_names)
+            self.executors.append(ex)
+            wrap = checkpoint_fn(st.recompute)
+            self._ckpt.append(wrap(ex) if wrap is not None else ex)
+        self._tied = self._tied_groups()
+        self.num_microbatches = plan.num_microbatches
+
+    # ---- meshes and options -------------------------------------------------------------------
+    def mesh(self, dp: int, tp: int) -> DeviceMesh:
+        """The ``(dp, tp)`` mesh over the stage's ranks (one per shape)."""
+        if (dp, tp) not in self._meshes:
+            if dp * tp != len(self._ranks):
+                raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover the stage's {len(self._ranks)} ranks")
+            if self._ranks == tuple(range(dist.get_world_size())):
+                mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+            else:
+                mesh = DeviceMesh("cpu", torch.tensor(self._ranks).view(dp, tp), mesh_dim_names=("dp", "tp"))
+            self._meshes[(dp, tp)] = mesh
+        return self._meshes[(dp, tp)]
+
+    def _resolve(self, layer, dl, st, cost_model) -> LayerOption:
+        from galvatron_fx.cluster import Cluster
+        from galvatron_fx.cost_models import AnalyticCostModel
+        from galvatron_fx.search.intra_layer import solve_intra_layer
+
+        cm = cost_model or AnalyticCostModel(Cluster.preset("dgx-a100-80g"))
+        return solve_intra_layer(self.mg, layer, st.tp, st.sp, cm, decomposed=dl, shard_params=st.tp > 1)
+
+    def _tied_groups(self) -> list[list[nn.Parameter]]:
+        by_fqn: dict[str, list[nn.Parameter]] = {}
+        for ex in self.executors:
+            for fqn, p in ex.named_fqn_parameters():
+                by_fqn.setdefault(fqn, []).append(p)
+        return [ps for ps in by_fqn.values() if len(ps) > 1]
+
+    # ---- forward ----------------------------------------------------------------------------
+    def _layout_input(self, ex: LayerExecutor, name: str, role: str, tp_p: Placement, env: dict) -> DTensor:
+        mesh = ex.mesh
+        tp_p = R if isinstance(tp_p, Partial) else tp_p  # a planned P input is made by the executor
+        if name in env:
+            v = env[name]
+            if isinstance(v, DTensor):
+                dp_p = R if isinstance(v.placements[0], Partial) else v.placements[0]
+                return reshard(v, mesh, (dp_p, tp_p))
+            full = v
+        elif name in self._is_buffer:
+            full = self._buffers_full[self._node_fqn[name]]
+        else:
+            raise AssertionError(f"layer input {name} is neither a user input, a buffer nor made by an earlier layer")
+        batch = name in self._user_batch
+        return distribute_tensor(full, mesh, [Shard(0) if batch else R, tp_p])
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """Loss of one micro-batch (full user inputs, identical on every rank) as a plain tensor.
+
+        The loss layer computes the mean over its local batch slice; the returned value is the
+        global mean. Backward of it yields dp-``Partial`` grads whose sum (``sync_grads``) is the
+        gradient of ``dp ×`` the global mean, so the returned tensor's backward is scaled by
+        ``1 / dp`` of the loss layer — done here, so ``loss.backward()`` then ``sync_grads()``
+        give the gradient of the global mean.
+        """
+        if len(inputs) != len(self.mg.input_names):
+            raise TypeError(f"expected {len(self.mg.input_names)} inputs ({', '.join(self.mg.input_names)}), "
+                            f"got {len(inputs)}")
+        env: dict[str, object] = dict(zip(self.mg.input_names, inputs))
+        b = self.mg.example_shapes[0][0] if self.mg.example_shapes and self.mg.example_shapes[0] else None
+        self._user_batch = {n for n, x in zip(self.mg.input_names, inputs) if x.ndim >= 1 and x.shape[0] == b}
+        out = None
+        for ex, run in zip(self.executors, self._ckpt):
+            xs = []
+            for (ph, role), tp_pl in zip(ex._inputs, ex.input_placements()):
+                name = ex.input_name_of[ph.name]
+                xs.append(self._layout_input(ex, name, role, tp_pl[1], env))
+            outs = run(*xs)
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            for name, v in zip(ex.layer_outputs, outs):
+                env[name] = v
+            out = outs
+        (loss,) = [env[n] for n in self.mg.output_names]
+        return self._global_loss(loss)
+
+    def _global_loss(self, loss: DTensor) -> torch.Tensor:
+        mesh = loss.device_mesh
+        dp = mesh.size(0)
+        local = loss.redistribute(mesh, (loss.placements[0], R)).to_local(grad_placements=(Partial(), R)) \
+            if isinstance(loss.placements[0], Replicate) else None
+        return loss.full_tensor()
+
+    # ---- training ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def sync_grads(self) -> None:
+        """Reduce every grad to its parameter's layout (dp all-reduce), then sum tied copies."""
+        for ex in self.executors:
+            ex.sync_grads()
+        for ps in self._tied:
+            with_grad = [p for p in ps if p.grad is not None]
+            if not with_grad:
+                continue
+            total = None
+            for p in with_grad:
+                g = p.grad.full_tensor()
+                total = g if total is None else total + g
+            for p in ps:
+                p.grad = distribute_tensor(total, p.device_mesh, list(p.placements))
+
+    def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
+        """One step on a global batch (full tensors on every rank): ``num_microbatches``
+        micro-batches with accumulated grads, one dp sync, ``optimizer.step()``, ``zero_grad()``.
+        Returns the mean loss."""
+        m = self.num_microbatches
+        chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
+        if any(len(c) != m for c in chunks):
+            raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
+        total = 0.0
+        for i in range(m):
+            loss = self(*(c[i] for c in chunks))
+            (loss / m).backward()
+            total += loss.item()
+        self.sync_grads()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total / m
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+        """Full (unsharded) tensors keyed by the original model's FQNs (aliases included)."""
+        out: dict[str, torch.Tensor] = {}
+        for ex in self.executors:
+            for fqn, p in ex.named_fqn_parameters():
+                if fqn not in out:
+                    out[fqn] = p.detach().full_tensor()
+        for info in self.mg.params.values():
+            if info.name in out:
+                for alias in info.aliases:
+                    out[alias] = out[info.name]
+        for fqn, b in self._buffers_full.items():
+            out.setdefault(fqn, b.clone())
+        return out
+
