@@ -66,9 +66,13 @@ _EXTRA_FLOPS = {
 }
 
 
+_ALIASING = {aten._unsafe_view, aten.alias, aten.detach, aten.lift_fresh}
+
+
 def _is_free(func) -> bool:
-    """Ops that move no data: views, aliases, metadata."""
-    return func.is_view
+    """Ops that move no data: views, aliases, metadata (``_unsafe_view`` aliases its input
+    although its schema does not say so)."""
+    return func.is_view or func._overloadpacket in _ALIASING
 
 
 class CostCounter(TorchDispatchMode):

@@ -18,7 +18,9 @@ import pytest
 import torch.multiprocessing as mp
 
 T = 16  # sequence length
-TOL = 1e-4  # absolute, after 3 AdamW steps at lr 1e-3 (fp32)
+TOL = 1e-5  # losses and gradients, absolute (fp32)
+PARAM_TOL = 2e-4  # parameters after 3 AdamW steps at lr 1e-3: Adam's normalised update turns
+#                   float noise in near-zero gradients into up to lr-sized differences
 STEPS = 3
 
 # name -> (model, global batch, num_microbatches, [(dp, tp, sp, recompute) for embedding, blocks..., head, loss])
@@ -80,8 +82,8 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test"):
     layers = []
     for layer, (dp, tp, sp, rc) in zip(mg.layers, spec):
         assert dp * tp == world
-        if tp > 1 and layer.role == "loss":
-            sp = "none"
+        if layer.role != "block":
+            sp = "none"  # sequence parallelism shards the blocks' hidden states
         placements = {}
         if tp > 1:
             key = (id(mg), layer.kind, tp, sp)
@@ -172,7 +174,9 @@ def _case(key: str, world: int, cache: dict) -> dict:
     sd = pm.state_dict()
     ref_sd = ref.state_dict()
     res["missing_keys"] = sorted(set(ref_sd) - set(sd))
-    res["param_err"] = max((sd[k] - v).abs().max().item() for k, v in ref_sd.items() if k in sd)
+    errs = {k: (sd[k] - v).abs().max().item() for k, v in ref_sd.items() if k in sd}
+    res["param_err"] = max(errs.values())
+    res["param_err_at"] = max(errs, key=errs.get)
     res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_sd.items())
     if key == TIMED and world == 2:
         b = batches[0]
@@ -246,6 +250,18 @@ def _errors_case(world: int, cache: dict) -> dict:
     pm = gfx_compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), inputs, global_batch_size=4, plan=same)
     out["compiled_loss"] = pm(*inputs).item()
     out["ref_loss"] = model(*inputs).item()
+    # the planner's own plan, from the example inputs (4 samples) to a global batch of 8
+    import torch
+
+    pm = gfx_compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), inputs, global_batch_size=8,
+                     search={"pp": (1,)})
+    out["planned"] = [f"dp{lp.dp} tp{lp.strategy.tp} {lp.strategy.sp} {lp.strategy.dp_type} {lp.strategy.recompute}"
+                      for lp in pm.plan.layers]
+    batch = _batches(8, 1)[0]
+    got = pm.train_step(batch, torch.optim.AdamW(pm.parameters(), lr=1e-3))
+    chunks = [x.chunk(pm.plan.num_microbatches) for x in batch]
+    want = sum(model(*(c[i] for c in chunks)).item() for i in range(pm.plan.num_microbatches))
+    out["planned_loss_err"] = abs(got - want / pm.plan.num_microbatches)
     return out
 
 
@@ -307,10 +323,10 @@ def _check_numerics(results: dict, key: str) -> dict:
         c = by_case[key]
         assert max(c["loss_errs"]) <= TOL, f"rank {rank}: losses differ by {c['loss_errs']}"
         assert c["grad_err"] <= TOL, f"rank {rank}: gradients differ by {c['grad_err']}"
-        assert c["param_err"] <= TOL, f"rank {rank}: parameters after {STEPS} steps differ by {c['param_err']}"
+        assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters after {STEPS} steps differ by {c['param_err']}"
         assert c["grads_compared"] == c["num_ref_params"], "some parameters got no gradient"
         assert c["missing_keys"] == [], f"state_dict lacks {c['missing_keys']}"
-    assert r["param_moved"] > 10 * TOL, "the optimizer did not move the parameters: the test cannot fail"
+    assert r["param_moved"] > 10 * PARAM_TOL, "the optimizer did not move the parameters: the test cannot fail"
     return r
 
 
@@ -343,6 +359,7 @@ def test_compile_checks_world_size_and_plan_identity(world2):
         assert r["world"].startswith("PlanError") and "world size 4" in r["world"], (rank, r["world"])
         assert r["hash"].startswith("PlanError") and "different plans" in r["hash"], (rank, r["hash"])
         assert abs(r["compiled_loss"] - r["ref_loss"]) <= TOL
+        assert r["planned_loss_err"] <= TOL, r["planned"]
 
 
 def test_step_time_is_recorded(world2):

@@ -123,17 +123,18 @@ def test_tensor_parallel_block_is_megatron(blocks, cost_model, name, tp):
     assert sum(v.endswith("->P") for v in ops.elements()) == 2  # the two row-parallel matmuls
 
 
+@pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize("key,pairs", [(("gpt2-small", "blocks"), 2), (("llama2-7b", "blocks"), 2),
                                        (("t5-base", "encoder"), 2), (("t5-base", "decoder"), 3)])
-def test_sequence_parallel_block_is_megatron_sp(blocks, cost_model, key, pairs):
+def test_sequence_parallel_block_is_megatron_sp(blocks, cost_model, key, pairs, tp):
     mg, layer, dl = blocks[key]
     # the memory-lean variant (every weight sharded) is the textbook Megatron-SP block; the
     # fastest one may keep a small weight whole (T5's cross-attention) — the DP weighs both
-    opt = solve_intra_layer(mg, layer, 2, "megatron", cost_model, decomposed=dl, shard_params=True)
+    opt = solve_intra_layer(mg, layer, tp, "megatron", cost_model, decomposed=dl, shard_params=True)
     # all-gather before each column-parallel group, reduce-scatter after each row-parallel one
     assert _collectives(opt, "fwd") == Counter(all_gather=pairs, reduce_scatter=pairs)
     assert opt.input_layout == ("S(1)",) and opt.output_layout[0] == "S(1)"
-    assert opt.param_fraction == pytest.approx(0.5, rel=0.02)
+    assert opt.param_fraction == pytest.approx(1 / tp, rel=0.02)
 
 
 def test_bert_sequence_parallel_moves_megatron_sp_volume(blocks, cost_model):
