@@ -49,7 +49,7 @@ from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
 from galvatron_fx.runtime.reshard import reshard
-from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer, parse_placement
+from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,10 @@ class ParallelModule(nn.Module):
         return [ps for ps in by_fqn.values() if len(ps) > 1]
 
     # ---- forward ----------------------------------------------------------------------------
-    def _layout_input(self, ex: LayerExecutor, name: str, role: str, tp_p: Placement, env: dict) -> DTensor:
+    def _layout_input(self, ex: LayerExecutor, name: str, tp_p: Placement, env: dict, batched: set[str]) -> DTensor:
+        """Layer input ``name`` laid out for ``ex``: a value of an earlier layer keeps its dp
+        placement and takes the planned tp one (a transition); a full tensor (user input, buffer)
+        is distributed, batch-sharded on dp when it is a batched user input."""
         mesh = ex.mesh
         tp_p = R if isinstance(tp_p, Partial) else tp_p  # a planned P input is made by the executor
         if name in env:
@@ -179,44 +182,32 @@ class ParallelModule(nn.Module):
             full = self._buffers_full[self._node_fqn[name]]
         else:
             raise AssertionError(f"layer input {name} is neither a user input, a buffer nor made by an earlier layer")
-        batch = name in self._user_batch
-        return distribute_tensor(full, mesh, [Shard(0) if batch else R, tp_p])
+        return distribute_tensor(full, mesh, [Shard(0) if name in batched else R, tp_p])
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """Loss of one micro-batch (full user inputs, identical on every rank) as a plain tensor.
+        """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
+        shape) as a plain tensor, the same on every rank.
 
-        The loss layer computes the mean over its local batch slice; the returned value is the
-        global mean. Backward of it yields dp-``Partial`` grads whose sum (``sync_grads``) is the
-        gradient of ``dp ×`` the global mean, so the returned tensor's backward is scaled by
-        ``1 / dp`` of the loss layer — done here, so ``loss.backward()`` then ``sync_grads()``
-        give the gradient of the global mean.
+        The loss layer's mean over a batch-sharded input comes out of DTensor as
+        ``Partial(avg)`` on dp; its ``full_tensor()`` is the global mean, and backward through it
+        leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`) is the gradient of that mean.
         """
-        if len(inputs) != len(self.mg.input_names):
-            raise TypeError(f"expected {len(self.mg.input_names)} inputs ({', '.join(self.mg.input_names)}), "
-                            f"got {len(inputs)}")
-        env: dict[str, object] = dict(zip(self.mg.input_names, inputs))
-        b = self.mg.example_shapes[0][0] if self.mg.example_shapes and self.mg.example_shapes[0] else None
-        self._user_batch = {n for n, x in zip(self.mg.input_names, inputs) if x.ndim >= 1 and x.shape[0] == b}
-        out = None
+        names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]
+        got = [tuple(x.shape) for x in inputs]
+        if len(inputs) != len(names) or (shapes and got != shapes):
+            raise ValueError(f"expected inputs ({', '.join(names)}) of shapes {shapes} (one micro-batch of "
+                             f"{self.plan.global_batch_size} / {self.plan.num_microbatches} samples), got {got}; "
+                             "use train_step for a whole global batch")
+        env: dict[str, object] = dict(zip(names, inputs))
+        batched = {n for n, x in zip(names, inputs) if x.ndim >= 1}
         for ex, run in zip(self.executors, self._ckpt):
-            xs = []
-            for (ph, role), tp_pl in zip(ex._inputs, ex.input_placements()):
-                name = ex.input_name_of[ph.name]
-                xs.append(self._layout_input(ex, name, role, tp_pl[1], env))
+            xs = [self._layout_input(ex, ex.input_name_of[ph.name], pl[1], env, batched)
+                  for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
             outs = run(*xs)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-            for name, v in zip(ex.layer_outputs, outs):
-                env[name] = v
-            out = outs
+            env.update(zip(ex.layer_outputs, outs))
         (loss,) = [env[n] for n in self.mg.output_names]
-        return self._global_loss(loss)
-
-    def _global_loss(self, loss: DTensor) -> torch.Tensor:
-        mesh = loss.device_mesh
-        dp = mesh.size(0)
-        local = loss.redistribute(mesh, (loss.placements[0], R)).to_local(grad_placements=(Partial(), R)) \
-            if isinstance(loss.placements[0], Replicate) else None
-        return loss.full_tensor()
+        return loss.full_tensor() if isinstance(loss, DTensor) else loss
 
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()

@@ -367,3 +367,15 @@ def test_step_time_is_recorded(world2):
     assert r["pm_step_s"] > 0 and r["ref_step_s"] > 0
     print(f"train_step, world 2 dp2 gpt-tiny: ParallelModule {r['pm_step_s'] * 1e3:.1f} ms, "
           f"plain model {r['ref_step_s'] * 1e3:.1f} ms")
+
+
+def test_compile_without_process_group_says_how_to_launch():
+    import torch.distributed as dist
+
+    import galvatron_fx as gfx
+    from galvatron_fx.runtime.api import compile as gfx_compile
+
+    assert not dist.is_initialized()
+    model, _, inputs = build("gpt-tiny", 2)
+    with pytest.raises(gfx.PlanError, match="run under torchrun"):
+        gfx_compile(model, gfx.Cluster.local_cpu(2), inputs, global_batch_size=2)

@@ -162,7 +162,7 @@ BAD = [
     (("layers", 3, "strategy", "dp_type"), "zero4", "layers[3].strategy.dp_type", "is not one of ddp, zero2, zero3"),
     (("layers", 3, "strategy", "recompute"), "some", "layers[3].strategy.recompute", "is not one of"),
     (("layers", 3, "strategy", "sp"), "megatron", "layers[3].strategy", None),  # allowed: tp=2
-    (("layers", 0, "strategy", "sp"), "megatron", "layers[0].strategy", "needs tp > 1"),
+    (("layers", 0, "strategy", "sp"), "megatron", "layers[0].strategy", "needs a group of tp > 1"),
     (("layers", 1, "strategy", "tp"), 3, "layers[1].strategy.tp", "does not divide the 4 devices of stage 0"),
     (("layers", 3, "dp"), 4, "layers[3].dp", "must equal the 4 devices of stage 0"),
     (("layers", 4, "stage"), 0, "layers[4].stage", "put layer 4 (blocks.3) on stage 1"),
