@@ -4,6 +4,7 @@ from galvatron_fx.capture import capture
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
 from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
+from galvatron_fx.runtime.api import compile
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.planner import plan
 
@@ -23,5 +24,6 @@ __all__ = [
     "SearchSpace",
     "UnsupportedModelError",
     "capture",
+    "compile",
     "plan",
 ]
