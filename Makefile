@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# part 1 (single process): capture + plan llama2-7b on A100s; part 2, the main job: profile (cached),
+# plan and train gpt-tiny on 4 CPU processes, predicted vs measured (examples/train.py, runs/demo/)
 demo: venv
 	$(VPY) examples/demo.py
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc-per-node 4 examples/train.py
 
 test: venv
 	$(VPY) -m pytest -q -ra tests

@@ -130,25 +130,48 @@ def _to_partial(v: DTensor, mesh: DeviceMesh) -> DTensor:
     """``(dp, R | S(d)) -> (dp, P)`` on the tp axis: a local step (DTensor's ``redistribute``
     refuses targets that are ``Partial``). Rank 0 of the tp group keeps a replicated value, the
     others hold zeros; a shard is zero-padded to its full extent. Backward: a replicated input
-    receives a partial gradient, a sharded input the slice of the (replicated) gradient."""
-    dp_p, tp_p = v.placements
-    coord = mesh.get_local_rank("tp")
-    tp = mesh.size(1)
-    if isinstance(tp_p, Replicate):
-        local = v.to_local(grad_placements=(dp_p, Partial()))
-        local = local if coord == 0 else local * 0
-    else:
-        assert isinstance(tp_p, Shard), f"cannot make {v.placements} partial"
-        d = tp_p.dim
-        local = v.to_local()
-        # (dp, tp) order: tp splits the dp-local block, so the padded extent is the dp-local one
-        chunk = local.shape[d]
-        dp_extent = v.shape[d] // mesh.size(0) if isinstance(dp_p, Shard) and dp_p.dim == d else v.shape[d]
-        assert chunk * tp == dp_extent, f"uneven tp shard of dim {d}: {tuple(v.shape)} on {v.placements}"
-        pad = [0, 0] * (local.ndim - 1 - d) + [coord * chunk, (tp - 1 - coord) * chunk]
-        local = torch.nn.functional.pad(local, pad)
-    return DTensor.from_local(local, mesh, (dp_p, Partial()), run_check=False,
-                              shape=v.shape, stride=v.stride())
+    receives a partial gradient, a sharded input the slice of the (tp-replicated) gradient; the
+    gradient's dp placement is passed through as it comes (a dp-``Partial`` grad stays partial,
+    so FSDP can reduce-scatter it and DDP all-reduces it once, in ``sync_grads``)."""
+    return _ToPartial.apply(v, mesh)
+
+
+class _ToPartial(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, v: DTensor, mesh: DeviceMesh) -> DTensor:
+        dp_p, tp_p = v.placements
+        coord = mesh.get_local_rank("tp")
+        tp = mesh.size(1)
+        local = v._local_tensor
+        ctx.mesh, ctx.tp_p, ctx.coord, ctx.shape, ctx.stride = mesh, tp_p, coord, v.shape, v.stride()
+        if isinstance(tp_p, Replicate):
+            local = local if coord == 0 else torch.zeros_like(local)
+        else:
+            assert isinstance(tp_p, Shard), f"cannot make {v.placements} partial"
+            d = tp_p.dim
+            # (dp, tp) order: tp splits the dp-local block, so the padded extent is the dp-local one
+            chunk = local.shape[d]
+            dp_extent = v.shape[d] // mesh.size(0) if isinstance(dp_p, Shard) and dp_p.dim == d else v.shape[d]
+            assert chunk * tp == dp_extent, f"uneven tp shard of dim {d}: {tuple(v.shape)} on {v.placements}"
+            pad = [0, 0] * (local.ndim - 1 - d) + [coord * chunk, (tp - 1 - coord) * chunk]
+            local = torch.nn.functional.pad(local, pad)
+            ctx.chunk = chunk
+        return DTensor.from_local(local, mesh, (dp_p, Partial()), run_check=False, shape=v.shape, stride=v.stride())
+
+    @staticmethod
+    def backward(ctx, g: DTensor):
+        mesh, tp_p, coord = ctx.mesh, ctx.tp_p, ctx.coord
+        g_dp = g.placements[0]
+        if not isinstance(g.placements[1], Replicate):
+            g = g.redistribute(mesh, (g_dp, R))
+        local = g._local_tensor
+        if isinstance(tp_p, Replicate):
+            local, tp_g = (local if coord == 0 else torch.zeros_like(local)), Partial()
+        else:
+            local, tp_g = local.narrow(tp_p.dim, coord * ctx.chunk, ctx.chunk), tp_p
+        grad = DTensor.from_local(local.contiguous(), mesh, (g_dp, tp_g), run_check=False,
+                                  shape=ctx.shape, stride=ctx.stride)
+        return grad, None
 
 
 class LayerExecutor(nn.Module):

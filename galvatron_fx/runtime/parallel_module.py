@@ -24,8 +24,20 @@ layer (the plan stores no placements) is all-replicated. If the saved placements
 decomposed nodes (another torch version traced other names), the layer is re-solved and a
 warning is logged.
 
-Data parallel flavours: DDP, ZeRO-2 and ZeRO-3 layers all keep full replicas over dp and
-all-reduce gradients once per step (same numerics as ZeRO; not yet its memory saving).
+Data parallel flavours, per layer: a DDP layer keeps full replicas over dp and all-reduces
+(sums) its gradients once per step (:meth:`LayerExecutor.sync_grads`). A ZeRO-2/ZeRO-3 layer with
+``dp > 1`` is wrapped by FSDP2's ``fully_shard`` on its 2-D ``(dp, tp)`` mesh in the SPMD form
+(``dp_mesh_dims=DataParallelMeshDims(shard="dp")``): the executor's ``(Replicate, tp)`` DTensor
+parameters become ``(Shard(0) | _StridedShard(0), tp)`` shards (dim 0 split over dp, the tp
+placement kept), FSDP all-gathers them back to ``(Replicate, tp)`` around the layer's forward
+(ZeRO-3: again in backward, ``reshard_after_forward=True``; ZeRO-2 keeps them from forward to
+backward) and reduce-scatters the dp-``Partial`` gradients after each backward. Scaling: the
+executor's convention is a *sum* over dp of partial grads (the loss's ``Partial(avg)`` already
+divided each rank's share), so FSDP's default average is turned off
+(``set_gradient_divide_factor(1.0)`` with plain-sum collectives, which gloo supports).
+Accumulation: FSDP reduce-scatters once per micro-batch backward and accumulates the sharded
+grads (the memory model's ZeRO-2/3: only ``1/dp`` gradients persist); no ``no_sync``.
+The optimizer must be built after the ``ParallelModule`` (it sees the sharded parameters).
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import DataParallelMeshDims
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 
@@ -132,9 +146,10 @@ class ParallelModule(nn.Module):
             ex.input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
+            self._shard(ex, lp)
             wrap = checkpoint_fn(st.recompute)
             self._ckpt.append(wrap(ex) if wrap is not None else ex)
-        self._tied = self._tied_groups()
+        self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
         self.num_microbatches = plan.num_microbatches
 
     # ---- meshes and options -------------------------------------------------------------------
@@ -149,6 +164,23 @@ class ParallelModule(nn.Module):
                 mesh = DeviceMesh("cpu", torch.tensor(self._ranks).view(dp, tp), mesh_dim_names=("dp", "tp"))
             self._meshes[(dp, tp)] = mesh
         return self._meshes[(dp, tp)]
+
+    def _shard(self, ex: LayerExecutor, lp) -> None:
+        """ZeRO-2/3 (``dp > 1``): FSDP2 over the layer's dp axis, summing (not averaging) grads."""
+        dp_type = str(lp.strategy.dp_type)
+        ex.fsdp = dp_type in ("zero2", "zero3") and lp.dp > 1 and any(True for _ in ex.parameters())
+        if not ex.fsdp:
+            return
+        # FSDP's SPMD form wants the very mesh object the DTensor parameters hold (DTensor may
+        # hold an equal copy of ``ex.mesh``)
+        meshes = {id(p.device_mesh): p.device_mesh for p in ex.parameters()}
+        if len(meshes) != 1 or next(iter(meshes.values())) != ex.mesh:
+            raise PlanError(f"layer {lp.name}: its parameters are not all on the layer's (dp, tp) mesh; "
+                            "cannot shard them with FSDP")
+        fully_shard(ex, mesh=next(iter(meshes.values())), reshard_after_forward=dp_type == "zero3",
+                    dp_mesh_dims=DataParallelMeshDims(shard="dp"))
+        ex.set_gradient_divide_factor(1.0)
+        ex.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
 
     def _resolve(self, layer, dl, st, cost_model) -> LayerOption:
         from galvatron_fx.cluster import Cluster
@@ -212,9 +244,11 @@ class ParallelModule(nn.Module):
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()
     def sync_grads(self) -> None:
-        """Reduce every grad to its parameter's layout (dp all-reduce), then sum tied copies."""
+        """Reduce every grad to its parameter's layout (dp all-reduce; FSDP layers reduce-scattered
+        theirs in backward), then sum tied copies (each in its own layout, which may differ)."""
         for ex in self.executors:
-            ex.sync_grads()
+            if not ex.fsdp:
+                ex.sync_grads()
         for ps in self._tied:
             with_grad = [p for p in ps if p.grad is not None]
             if not with_grad:
@@ -224,7 +258,9 @@ class ParallelModule(nn.Module):
                 g = p.grad.full_tensor()
                 total = g if total is None else total + g
             for p in ps:
-                p.grad = distribute_tensor(total, p.device_mesh, list(p.placements))
+                # redistribute (not distribute_tensor): FSDP shards may be _StridedShard
+                full = DTensor.from_local(total, p.device_mesh, [R] * p.device_mesh.ndim, run_check=False)
+                p.grad = full.redistribute(p.device_mesh, p.placements)
 
     def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
         """One step on a global batch (full tensors on every rank): ``num_microbatches``

@@ -13,6 +13,7 @@ exactly the same model.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from galvatron_fx.cluster import Cluster
@@ -27,8 +28,33 @@ from galvatron_fx.search.candidates import OptionCache, SearchSpace, allowed_tp
 log = logging.getLogger(__name__)
 
 
-def baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
-    """Name → restricted search space of every baseline configuration."""
+def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict[str, SearchSpace]:
+    """Name → restricted search space of every baseline configuration.
+
+    ``limits`` (the user's search space) caps the baselines the same way: a baseline using a
+    data-parallel flavour, a recompute mode or a tensor-parallel degree the user ruled out is
+    dropped, and pipeline and schedule limits apply to all — so the comparison is fair.
+    """
+    spaces = _all_baseline_spaces(cluster)
+    if limits is None:
+        return spaces
+    out = {}
+    for name, sp in spaces.items():
+        if not set(sp.dp_types) <= set(limits.dp_types) or not set(sp.recompute) <= set(limits.recompute):
+            continue
+        if limits.tp is not None and not set(sp.tp or ()) <= set(limits.tp):
+            continue
+        if limits.max_tp is not None and max(sp.tp or (1,)) > limits.max_tp:
+            continue
+        pp = sp.pp if sp.pp is not None else limits.pp
+        if sp.pp is not None and limits.pp is not None and not set(sp.pp) <= set(limits.pp):
+            continue
+        out[name] = dataclasses.replace(sp, pp=pp, max_pp=limits.max_pp, schedules=limits.schedules,
+                                        num_microbatches=limits.num_microbatches)
+    return out
+
+
+def _all_baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
     out: dict[str, SearchSpace] = {}
     for rc in (Recompute.NONE, Recompute.FULL):
         suffix = "" if rc == Recompute.NONE else "+recompute"
@@ -44,13 +70,13 @@ def baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
 
 
 def all_baselines(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_batch_size: int, memory_budget: int,
-                  cache: OptionCache | None = None) -> dict[str, ParallelPlan | None]:
+                  cache: OptionCache | None = None, limits: SearchSpace | None = None) -> dict[str, ParallelPlan | None]:
     """Every baseline's best plan, or None where it does not fit."""
     from galvatron_fx.search.planner import search_plan
 
     cache = cache or OptionCache(mg, cm)
     out: dict[str, ParallelPlan | None] = {}
-    for name, space in baseline_spaces(cluster).items():
+    for name, space in baseline_spaces(cluster, limits).items():
         try:
             out[name] = search_plan(mg, cluster, cm, space, global_batch_size=global_batch_size,
                                     budget=memory_budget, cache=cache, name=f"{mg.name} [{name}]")
@@ -61,9 +87,9 @@ def all_baselines(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_bat
 
 
 def best_baseline(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_batch_size: int, memory_budget: int,
-                  cache: OptionCache | None = None) -> tuple[str, ParallelPlan] | None:
-    """The fastest baseline that fits, with its name."""
+                  cache: OptionCache | None = None, limits: SearchSpace | None = None) -> tuple[str, ParallelPlan] | None:
+    """The fastest baseline that fits (within the user's ``limits``), with its name."""
     plans = all_baselines(mg, cluster, cm, global_batch_size=global_batch_size, memory_budget=memory_budget,
-                          cache=cache)
+                          cache=cache, limits=limits)
     fits = [(n, p) for n, p in plans.items() if p is not None]
     return min(fits, key=lambda np_: np_[1].predicted.step_time_s) if fits else None

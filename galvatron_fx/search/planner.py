@@ -165,9 +165,7 @@ class _Search:
         sol = solve_chain(problem, budget, mem_resolution_bytes=self.mem_step)
         self.chain_solves += 1
         self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
-        if not sol.feasible:
-            if sol.min_mem_bytes >= 0:  # -1: no assignment is allowed at all
-                self.smallest_need = min(self.smallest_need, sol.min_mem_bytes)
+        if not sol.feasible:  # (min_mem_bytes is -1 when no assignment is allowed at all)
             res = _StageResult(range(lo, hi), [], [], math.inf, sol.min_mem_bytes, in_flight, all_choices,
                                sol.min_mem_bytes)
         else:
@@ -188,10 +186,12 @@ class _Search:
         chunks = []
         for c in range(pp * v):
             # chunks of one rank share its memory: each is solved within its share of the budget
-            st = self.stage(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v)
-            if not st.choices:
-                return None
-            chunks.append(st)
+            chunks.append(self.stage(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v))
+        if any(not st.choices for st in chunks):
+            # the least memory this point could need: its hungriest rank, each chunk at its least
+            need = max(sum(max(chunks[c].min_mem_bytes, 0) for c in range(r, pp * v, pp)) for r in range(pp))
+            self.smallest_need = min(self.smallest_need, need)
+            return None
         costs = []
         for c, st in enumerate(chunks):
             fwd = sum(x.fwd_s + x.tp_comm_s / 2 for x in st.choices) + sum(st.trans_s) / (2 * m)
@@ -452,7 +452,7 @@ def plan(
         from galvatron_fx.search.baselines import best_baseline
 
         b = best_baseline(mg, cluster, cm, global_batch_size=global_batch_size, memory_budget=budget,
-                          cache=s.cache)
+                          cache=s.cache, limits=space)
         if b is not None:
             base = {"name": b[0], "step_time_s": b[1].predicted.step_time_s}
     stats = {"search_s": search_s, "points": s.points, "ilp_solves": s.cache.solves, "ilp_s": s.cache.solve_s,

@@ -130,3 +130,11 @@ def test_interleaved_schedule_shrinks_the_bubble(rtx):
     stages = [l.stage for l in inter.layers]
     assert stages[0] == 0 and stages[-1] == 3 and sorted(set(stages)) == [0, 1, 2, 3]
     assert gfx.ParallelPlan.from_json(inter.to_json()) == inter
+
+
+def test_baselines_obey_the_users_limits(gpt2, rtx):
+    p = gfx.plan(gpt2, rtx, global_batch_size=64, memory_budget=int(3 * GiB), precision="bf16",
+                 search={"pp": (1,), "dp_types": ("ddp",)})
+    assert p.baseline is not None
+    assert not p.baseline["name"].startswith(("zero2", "fsdp"))
+    assert p.predicted.step_time_s <= p.baseline["step_time_s"] * 1.0001

@@ -1,0 +1,61 @@
+"""``examples/train.py`` (the main job of ``make demo``) under torchrun with 4 gloo ranks, few steps.
+
+One run for the module (a fresh hardware profile in the test cache, plan, train, report); the
+checks read its exit status, stdout and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 16
+FINAL = re.compile(r"^predicted step [\d.]+ ms, measured [\d.]+ ms; "
+                   r"peak memory predicted [\d.]+ MiB, measured [\d.]+ MiB \(rank 0\)$")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path_factory.mktemp("demo")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "4", str(ROOT / "examples" / "train.py"),
+           "--steps", str(STEPS), "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # GFX_CACHE_DIR: the test's own (conftest)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+def test_exits_0_and_ends_with_the_summary_line(demo) -> None:
+    proc, _ = demo
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert FINAL.match(last), last
+    assert "hardware: fresh hardware profile" in proc.stdout  # the test cache starts empty
+    assert "plan for gpt-tiny on 4 devices" in proc.stdout
+
+
+def test_report(demo) -> None:
+    proc, out = demo
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((out / "report.json").read_text())
+    curve = rep["loss"]["curve"]
+    assert len(curve) == STEPS
+    # falling loss: the last quarter's mean well below the first step's
+    tail = curve[-STEPS // 4:]
+    assert sum(tail) / len(tail) < 0.8 * curve[0], curve
+    m = rep["measured"]
+    assert len(m["peak_memory_bytes_per_rank"]) == 4 and all(b > 0 for b in m["peak_memory_bytes_per_rank"])
+    assert m["step_time_s"] > 0 and rep["predicted"]["step_time_s"] > 0
+    # the budget made the plan differ from the unconstrained one
+    assert rep["plan"]["differs_from_unconstrained"], rep["plan"]
+    assert rep["plan"]["budget_bytes"] < rep["plan"]["unconstrained"]["peak_memory_bytes"]
+    assert (out / "plan.json").exists() and (out / "report.md").read_text().startswith("# gpt-tiny")
