@@ -248,7 +248,7 @@ class LayerExecutor(nn.Module):
         given = dict(zip((ph for ph, _ in self._inputs), xs))
         for n in self.gm.graph.nodes:
             if n.op == "placeholder":
-                env[n] = self.params[self._param_of[n.name]] if n.name in self._param_of else given[n]
+                env[n] = self._param(self._param_of[n.name]) if n.name in self._param_of else given[n]
             elif n.op == "call_function":
                 if n.target in _IGNORED:
                     env[n] = None
@@ -262,6 +262,10 @@ class LayerExecutor(nn.Module):
             elif n.op == "output":
                 return tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args[0])
         raise AssertionError("decomposed graph without output")
+
+    def _param(self, key: str) -> torch.Tensor:
+        """The parameter ``key`` as the graph reads it (a hook for wrappers such as FSDP's)."""
+        return self.params[key]
 
     def _run(self, n: fx.Node, env: dict, moved: dict):
         want_in, want_out = self._plan[n.name]

@@ -93,10 +93,39 @@ def option_from_plan(dl: DecomposedLayer, kind: str, strategy, placements: dict[
                        objective_s=0.0, solve_s=0.0, num_variables=0)
 
 
+class _DpPartialGrad(torch.autograd.Function):
+    """Identity on a ``(Replicate, tp)`` parameter whose backward hands FSDP a gradient that is a
+    *sum* over dp: a dp-``Replicate`` grad (a parameter read through a dp-replicated value, such
+    as positions from ``arange``) holds the full gradient on every rank, so its reduce-scatter
+    (sum) would count it dp times; it is made ``Partial`` by dividing the local copy by dp. A
+    ``Partial(avg)`` grad likewise becomes ``Partial(sum)``."""
+
+    @staticmethod
+    def forward(ctx, p: DTensor) -> DTensor:
+        ctx.mesh = p.device_mesh
+        return DTensor.from_local(p._local_tensor, p.device_mesh, p.placements, run_check=False,
+                                  shape=p.shape, stride=p.stride())
+
+    @staticmethod
+    def backward(ctx, g: DTensor) -> DTensor:
+        dp_p, rest = g.placements[0], tuple(g.placements[1:])
+        if isinstance(dp_p, Replicate) or (isinstance(dp_p, Partial) and dp_p.reduce_op == "avg"):
+            g = DTensor.from_local(g._local_tensor / ctx.mesh.size(0), ctx.mesh, (Partial(),) + rest,
+                                   run_check=False, shape=g.shape, stride=g.stride())
+        return g
+
+
 class _Executor(LayerExecutor):
     """A :class:`LayerExecutor` whose factory ops (``arange`` of positions, ``full`` of a mask),
     which make plain tensors from no DTensor input, yield replicated DTensors, so that later ops
-    do not mix plain tensors and DTensors."""
+    do not mix plain tensors and DTensors. Under FSDP (``fsdp``), parameters are read through
+    :class:`_DpPartialGrad` so that every gradient reaches FSDP's reduce-scatter dp-partial."""
+
+    fsdp = False
+
+    def _param(self, key):
+        p = super()._param(key)
+        return _DpPartialGrad.apply(p) if self.fsdp and p.requires_grad else p
 
     def _run(self, n, env, moved):
         out = super()._run(n, env, moved)
