@@ -1,5 +1,6 @@
 """galvatron_fx — automatic hybrid-parallel training for PyTorch, as a compiler over FX graphs."""
 
+from galvatron_fx import zoo
 from galvatron_fx.capture import capture
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
@@ -26,4 +27,5 @@ __all__ = [
     "capture",
     "compile",
     "plan",
+    "zoo",
 ]
