@@ -48,9 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--budget-fraction", type=float, default=0.65,
                    help="memory budget as a fraction of the unconstrained plan's predicted peak (default 0.65)")
-    p.add_argument("--allow-zero", action="store_true",
-                   help="let the search pick ZeRO-2/3 (the runtime trains them like DDP, without their memory "
-                        "saving yet, so measured memory would not follow the prediction)")
+    p.add_argument("--ddp-only", action="store_true",
+                   help="keep the search to replicated data parallelism (no ZeRO-2/3 layers)")
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--cache-dir", default=None, help="hardware profile cache (default $GFX_CACHE_DIR or ~/.cache/galvatron_fx)")
     return p.parse_args(argv)
@@ -144,7 +143,7 @@ def strategies(plan: ParallelPlan) -> list[str]:
 def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
     """Rank 0: capture, plan unconstrained, then under a budget tight enough to change the plan."""
     search = {"pp": (1,)}
-    if not args.allow_zero:
+    if args.ddp_only:
         search["dp_types"] = ("ddp",)
     t0 = time.perf_counter()
     mg = gfx.capture(model, inputs, name=args.model)
@@ -229,10 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         t_plan = time.perf_counter() - t0
         say()
         say(plan.explain())
-        uses_zero = sorted({str(lp.strategy.dp_type) for lp in plan.layers if str(lp.strategy.dp_type) != "ddp"})
-        if uses_zero:
-            say(f"note: the plan uses {', '.join(uses_zero)}: the runtime trains those layers like DDP for now "
-                "(same numerics, not yet the memory saving), so measured memory can exceed the prediction")
         say()
 
         # 3. build and train
@@ -284,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model": args.model, "world_size": world, "backend": "gloo",
                 "global_batch_size": plan.global_batch_size, "seq_len": args.seq_len, "steps": args.steps,
                 "num_microbatches": plan.num_microbatches, "hardware": profile_source,
-                "plan": {"hash": plan.plan_hash(), "strategies": strategies(plan), "uses_zero": uses_zero,
+                "plan": {"hash": plan.plan_hash(), "strategies": strategies(plan),
                          **plan_info},
                 "predicted": {"step_time_s": pred_step, "peak_memory_bytes": pred_peak,
                               "memory_budget_bytes": plan.predicted.memory_budget_bytes},
@@ -296,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 "loss": {"first": losses[0], "last": losses[-1], "curve": losses},
                 "wall_s": {"profile": t_profile, "plan": t_plan, "compile": t_compile, "train": t_train,
                            "total": time.perf_counter() - t_start},
-                "notes": ([f"the plan uses {', '.join(uses_zero)}; the runtime trains them like DDP (no memory "
-                           "saving yet)"] if uses_zero else [])
-                + ["measured step time: median wall time of train_step on each rank after "
+                "notes": ["measured step time: median wall time of train_step on each rank after "
                    f"{WARMUP_STEPS} warm-up steps, with {world} processes sharing {os.cpu_count()} CPU cores; the "
                    "prediction comes from the profiled matmul and collective rates and does not model small-op "
                    "inefficiency or DTensor's per-op overhead on CPU",
