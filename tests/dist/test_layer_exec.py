@@ -8,14 +8,10 @@ plan's, and the output placements DTensor chose against the plan's.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import time
-from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
+from harness import assert_ok, init_gloo, run_jobs, spawn
 
 B, T = 4, 16  # runtime micro-batch (global); the model is captured at this shape
 TOL = 1e-5
@@ -28,11 +24,6 @@ CASES = {
 }
 TIMED = ("gpt-tiny", 1, 2, "none")  # per-step time against the plain block, world 2 (reported, not asserted)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _collective_name(op) -> str:
@@ -131,40 +122,20 @@ def _case(name: str, dp: int, tp: int, sp: str, world: int, prepared: dict) -> d
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    results, prepared = {}, {}
-    try:
-        for case in CASES[world]:
-            key = "/".join(map(str, case))
-            try:
-                results[key] = _case(*case, world, prepared)
-            except Exception as e:  # keep going: report every case
-                import traceback
-
-                results[key] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
-    finally:
-        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(results, indent=1))
-        dist.destroy_process_group()
-
-
-def _spawn(world: int, tmp: Path) -> dict:
-    mp.spawn(_worker, args=(world, _free_port(), str(tmp)), nprocs=world)
-    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)}
+    init_gloo(rank, world, port)
+    prepared: dict = {}
+    run_jobs(rank, tmp, [("/".join(map(str, case)), lambda case=case: _case(*case, world, prepared))
+                         for case in CASES[world]])
 
 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory) -> dict:
-    return _spawn(2, tmp_path_factory.mktemp("lx2"))
+    return spawn(_worker, 2, tmp_path_factory.mktemp("lx2"))
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory) -> dict:
-    return _spawn(4, tmp_path_factory.mktemp("lx4"))
+    return spawn(_worker, 4, tmp_path_factory.mktemp("lx4"))
 
 
 def _check(results: dict, key: str) -> dict:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
+from harness import free_port
 
 WORLD = 2
 GLOBAL_BATCH = 4
@@ -35,11 +35,6 @@ DP_TYPES = ("ddp", "zero2", "zero3")
 RECOMPUTES = ("none", "selective", "full")
 REL = 0.05
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bytes(snapshot: dict, *kinds: str) -> int:
@@ -135,7 +130,7 @@ def _worker(rank: int, port: int, tmp: str) -> None:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("mem")
-    mp.spawn(_worker, args=(_free_port(), str(tmp)), nprocs=WORLD)
+    mp.spawn(_worker, args=(free_port(), str(tmp)), nprocs=WORLD)
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 

@@ -8,14 +8,10 @@ reshard primitive on its own, ``compile``'s world-size and plan-hash checks.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import time
-from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
+from harness import assert_ok, init_gloo, run_jobs, spawn
 
 T = 16  # sequence length
 TOL = 1e-5  # losses and gradients, absolute (fp32)
@@ -47,11 +43,6 @@ CASES = {
 }
 TIMED = "dp2"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- helpers shared with the worker -------------------------------------------------------------
@@ -266,59 +257,27 @@ def _errors_case(world: int, cache: dict) -> dict:
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    results, cache = {}, {}
+    init_gloo(rank, world, port)
+    cache: dict = {}
     jobs = [("reshard", lambda: _reshard_case(world))]
     jobs += [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
-    only = os.environ.get("GFX_PM_ONLY")
-    try:
-        for key, job in jobs:
-            if only and key not in only.split(","):
-                continue
-            t0 = time.perf_counter()
-            try:
-                results[key] = job()
-            except Exception as e:  # keep going: report every case
-                import traceback
-
-                results[key] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
-            results[key]["wall_s"] = time.perf_counter() - t0
-    finally:
-        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(results, indent=1))
-        dist.destroy_process_group()
-
-
-def _spawn(world: int, tmp: Path) -> dict:
-    mp.spawn(_worker, args=(world, _free_port(), str(tmp)), nprocs=world)
-    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)}
+    run_jobs(rank, tmp, jobs, only_env="GFX_PM_ONLY")
 
 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory) -> dict:
-    return _spawn(2, tmp_path_factory.mktemp("pm2"))
+    return spawn(_worker, 2, tmp_path_factory.mktemp("pm2"))
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory) -> dict:
-    return _spawn(4, tmp_path_factory.mktemp("pm4"))
-
-
-def _ok(results: dict, key: str) -> dict:
-    for rank, by_case in results.items():
-        r = by_case[key]
-        assert "error" not in r, f"rank {rank}: {r.get('error')}\n{r.get('trace')}"
-    return results[0][key]
+    return spawn(_worker, 4, tmp_path_factory.mktemp("pm4"))
 
 
 def _check_numerics(results: dict, key: str) -> dict:
-    r = _ok(results, key)
+    r = assert_ok(results, key)
     for rank, by_case in results.items():
         c = by_case[key]
         assert max(c["loss_errs"]) <= TOL, f"rank {rank}: losses differ by {c['loss_errs']}"
@@ -332,7 +291,7 @@ def _check_numerics(results: dict, key: str) -> dict:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_reshard_between_meshes(world, world2, world4):
-    r = _ok({2: world2, 4: world4}[world], "reshard")
+    r = assert_ok({2: world2, 4: world4}[world], "reshard")
     assert r["num"] > 0 and r["max_err"] == 0.0
 
 
@@ -347,7 +306,7 @@ def test_world4_trains_like_one_process(world4, key):
 
 
 def test_executors_follow_the_saved_plan(world4):
-    r = _ok(world4, "mixed")
+    r = assert_ok(world4, "mixed")
     assert "re-solved" not in r["option_source"]
     assert "plan" in r["option_source"]
 
@@ -363,7 +322,7 @@ def test_compile_checks_world_size_and_plan_identity(world2):
 
 
 def test_step_time_is_recorded(world2):
-    r = _ok(world2, TIMED)
+    r = assert_ok(world2, TIMED)
     assert r["pm_step_s"] > 0 and r["ref_step_s"] > 0
     print(f"train_step, world 2 dp2 gpt-tiny: ParallelModule {r['pm_step_s'] * 1e3:.1f} ms, "
           f"plain model {r['ref_step_s'] * 1e3:.1f} ms")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
+from harness import free_port
 
 from galvatron_fx.cluster import Cluster, Collective, local_fingerprint
 from galvatron_fx.cost_models.communication import CommModel
@@ -16,11 +16,6 @@ from galvatron_fx.profiler.hardware import load_profile
 
 WORLD = 2
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, port: int, tmp: str) -> None:
@@ -44,7 +39,7 @@ def _worker(rank: int, port: int, tmp: str) -> None:
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("prof")
-    mp.spawn(_worker, args=(_free_port(), str(tmp)), nprocs=WORLD)
+    mp.spawn(_worker, args=(free_port(), str(tmp)), nprocs=WORLD)
     return tmp
 
 

@@ -9,14 +9,9 @@ DDP layer holds. ``GFX_ZERO_ONLY=case,case`` selects cases.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import time
-from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
+from harness import assert_ok, init_gloo, run_jobs, spawn
 
 T = 16  # sequence length
 TOL = 1e-5  # losses and gradients, absolute (fp32)
@@ -43,11 +38,6 @@ CASES = {
     },
 }
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _OPTIONS: dict = {}
@@ -202,53 +192,26 @@ def _case(key: str, world: int, cache: dict) -> dict:
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    results, cache = {}, {}
-    only = os.environ.get("GFX_ZERO_ONLY")
-    try:
-        for key in CASES[world]:
-            if only and key not in only.split(","):
-                continue
-            t0 = time.perf_counter()
-            try:
-                results[key] = _case(key, world, cache)
-            except Exception as e:  # keep going: report every case
-                import traceback
-
-                results[key] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
-            results[key]["wall_s"] = time.perf_counter() - t0
-    finally:
-        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(results, indent=1))
-        dist.destroy_process_group()
-
-
-def _spawn(world: int, tmp: Path) -> dict:
-    mp.spawn(_worker, args=(world, _free_port(), str(tmp)), nprocs=world)
-    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)}
+    init_gloo(rank, world, port)
+    cache: dict = {}
+    run_jobs(rank, tmp, [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]],
+             only_env="GFX_ZERO_ONLY")
 
 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory) -> dict:
-    return _spawn(2, tmp_path_factory.mktemp("zero2"))
+    return spawn(_worker, 2, tmp_path_factory.mktemp("zero2"))
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory) -> dict:
-    return _spawn(4, tmp_path_factory.mktemp("zero4"))
+    return spawn(_worker, 4, tmp_path_factory.mktemp("zero4"))
 
 
 def _ok(results: dict, key: str) -> dict:
-    for rank, by_case in results.items():
-        if key not in by_case:
-            pytest.skip(f"{key} not selected (GFX_ZERO_ONLY)")
-        r = by_case[key]
-        assert "error" not in r, f"rank {rank}: {r.get('error')}\n{r.get('trace')}"
-    return results[0][key]
+    if key not in results[0]:
+        pytest.skip(f"{key} not selected (GFX_ZERO_ONLY)")
+    return assert_ok(results, key)
 
 
 def _check_numerics(results: dict, key: str) -> dict:

@@ -1,0 +1,72 @@
+"""The shared harness of the distributed tests: spawn gloo ranks once per test module, run
+every case inside them, and hand each rank's results back to the test functions.
+
+A case that raises is recorded (with its traceback) rather than aborting the others, so one
+spawn reports every failure; ``assert_ok`` turns a recorded error into a test failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_gloo(rank: int, world: int, port: int) -> None:
+    """Join a gloo process group of ``world`` ranks on ``port`` (one intra-op thread each)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def run_jobs(rank: int, tmp: str, jobs: Iterable[tuple[str, Callable[[], dict]]], *, only_env: str | None = None) -> None:
+    """Run ``(key, job)`` pairs on this rank, record results (or errors) and wall time, write
+    them to ``tmp/rank{rank}.json`` and leave the process group. ``only_env`` names an
+    environment variable holding a comma-separated subset of keys to run."""
+    import torch.distributed as dist
+
+    only = os.environ.get(only_env) if only_env else None
+    results: dict[str, dict] = {}
+    try:
+        for key, job in jobs:
+            if only and key not in only.split(","):
+                continue
+            t0 = time.perf_counter()
+            try:
+                results[key] = job()
+            except Exception as e:  # keep going: report every case
+                results[key] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
+            results[key]["wall_s"] = time.perf_counter() - t0
+    finally:
+        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(results, indent=1))
+        dist.destroy_process_group()
+
+
+def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
+    """``worker(rank, world, port, tmp)`` on ``world`` processes; each rank's results by rank."""
+    mp.spawn(worker, args=(world, free_port(), str(tmp)), nprocs=world)
+    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)}
+
+
+def assert_ok(results: dict[int, dict], key: str) -> dict:
+    """Fail with the recorded error if any rank's case raised; rank 0's result otherwise."""
+    for rank, by_case in results.items():
+        r = by_case[key]
+        assert "error" not in r, f"rank {rank}: {r.get('error')}\n{r.get('trace')}"
+    return results[0][key]
