@@ -28,8 +28,12 @@ test: venv
 test-fast: venv
 	$(VPY) -m pytest -q -ra -m "not slow" tests
 
+# every benchmark; each prints a table and writes benchmarks/results/<name>.json (~12 min)
 bench: venv
 	$(VPY) benchmarks/capture_speed.py
+	$(VPY) benchmarks/comm_model_accuracy.py
+	$(VPY) benchmarks/search_speed.py
+	$(VPY) benchmarks/plan_quality.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
