@@ -131,7 +131,7 @@ class OptionCache:
                 opts.append(fast)
                 self.solves += 1
                 self.solve_s += fast.solve_s
-                if fast.param_fraction > 1.0 / tp + 0.02:
+                if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
                     lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,
                                              shard_params=True)
                     self.solves += 1
