@@ -111,24 +111,21 @@ def _full_grads(pm) -> dict:
     return out
 
 
-def _case(key: str, world: int, cache: dict) -> dict:
+def compare_training(model, pm, batches, m: int, *, on_first_grads=None) -> tuple[dict, object, object]:
+    """Train ``pm`` and a copy of ``model`` on the same batches (AdamW, lr 1e-3, ``m``
+    micro-batches); record loss, step-1 gradient and final parameter differences.
+
+    ``on_first_grads(res)`` runs after the first backward and grad sync (before the optimizer
+    step). Returns ``(res, ref_step, opt)`` for callers that time or inspect further.
+    """
     import copy
 
     import torch
 
-    from galvatron_fx.runtime.parallel_module import ParallelModule
-
-    name, gbs, m, spec = CASES[world][key]
-    if (name, gbs // m) not in cache:
-        cache[(name, gbs // m)] = build(name, gbs // m)
-    model, mg, _ = cache[(name, gbs // m)]
     ref = copy.deepcopy(model)
-    plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key)
-    pm = ParallelModule(copy.deepcopy(model), mg, plan)
-    batches = _batches(gbs, STEPS)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    res = {"option_source": pm.option_source}
+    res: dict = {}
 
     def ref_step(batch, record=False):
         chunks = [x.chunk(m) for x in batch]
@@ -151,11 +148,15 @@ def _case(key: str, world: int, cache: dict) -> dict:
         total += loss.item()
     pm.sync_grads()
     grads = _full_grads(pm)
+    if on_first_grads is not None:
+        on_first_grads(res)
     opt.step()
     opt.zero_grad(set_to_none=True)
     ref_loss, ref_grads = ref_step(batches[0], record=True)
     res["loss_errs"] = [abs(total / m - ref_loss)]
-    res["grad_err"] = max((grads[k] - g).abs().max().item() for k, g in ref_grads.items())
+    gerrs = {k: (grads[k] - g).abs().max().item() for k, g in ref_grads.items() if k in grads}
+    res["grad_err"] = max(gerrs.values())
+    res["grad_err_at"] = max(gerrs, key=gerrs.get)
     res["grads_compared"] = sum(k in grads for k in ref_grads)
     res["num_ref_params"] = len(ref_grads)
     for b in batches[1:]:
@@ -169,6 +170,26 @@ def _case(key: str, world: int, cache: dict) -> dict:
     res["param_err"] = max(errs.values())
     res["param_err_at"] = max(errs, key=errs.get)
     res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_sd.items())
+    res["shapes_ok"] = all(tuple(sd[k].shape) == tuple(v.shape) for k, v in ref_sd.items() if k in sd)
+    return res, ref_step, opt
+
+
+def _case(key: str, world: int, cache: dict) -> dict:
+    import copy
+
+    import torch
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    name, gbs, m, spec = CASES[world][key]
+    if (name, gbs // m) not in cache:
+        cache[(name, gbs // m)] = build(name, gbs // m)
+    model, mg, _ = cache[(name, gbs // m)]
+    plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key)
+    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    batches = _batches(gbs, STEPS)
+    res, ref_step, opt = compare_training(model, pm, batches, m)
+    res["option_source"] = pm.option_source
     if key == TIMED and world == 2:
         b = batches[0]
         for label, fn in (("ref_step_s", lambda: ref_step(b)), ("pm_step_s", lambda: pm.train_step(b, opt))):

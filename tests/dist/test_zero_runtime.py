@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
+from test_parallel_module import compare_training
 
 T = 16  # sequence length
 TOL = 1e-5  # losses and gradients, absolute (fp32)
@@ -122,66 +123,18 @@ def _case(key: str, world: int, cache: dict) -> dict:
         model, inputs = zoo.build("gpt-tiny", batch_size=gbs // m, seq_len=T, device="cpu", seed=0)
         cache[gbs // m] = (model, gfx.capture(model, inputs))
     model, mg = cache[gbs // m]
-    ref = copy.deepcopy(model)
     plan = _plan(mg, world, spec, gbs=gbs, m=m, name=key)
     pm = ParallelModule(copy.deepcopy(model), mg, plan)
     batches = _batches(gbs, STEPS)
-    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    res = {"fsdp": [isinstance(ex, FSDPModule) for ex in pm.executors],
-           "want_fsdp": [str(lp.strategy.dp_type) != "ddp" and lp.dp > 1 and any(True for _ in ex.parameters())
-                         for lp, ex in zip(plan.layers, pm.executors)]}
 
-    def ref_step(batch, record=False):
-        chunks = [x.chunk(m) for x in batch]
-        total = 0.0
-        for i in range(m):
-            loss = ref(*(c[i] for c in chunks))
-            (loss / m).backward()
-            total += loss.item()
-        grads = {k: p.grad.clone() for k, p in ref.named_parameters()} if record else None
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
-        return total / m, grads
+    def tied(res: dict) -> None:  # tied copies (embedding / head) hold equal grads in their layouts
+        res["tied_grad_err"] = max([(ps[0].grad.full_tensor() - p.grad.full_tensor()).abs().max().item()
+                                    for ps in pm._tied for p in ps[1:]] or [0.0])
 
-    # step 1 by hand, to see the grads; then train_step
-    chunks = [x.chunk(m) for x in batches[0]]
-    total = 0.0
-    for i in range(m):
-        loss = pm(*(c[i] for c in chunks))
-        (loss / m).backward()
-        total += loss.item()
-    pm.sync_grads()
-    grads = {}
-    for ex in pm.executors:
-        for fqn, p in ex.named_fqn_parameters():
-            if p.grad is not None and fqn not in grads:
-                grads[fqn] = p.grad.full_tensor()
-    # tied copies (embedding / head) must hold equal grads in their own layouts
-    res["tied_grad_err"] = max([(ps[0].grad.full_tensor() - p.grad.full_tensor()).abs().max().item()
-                                for ps in pm._tied for p in ps[1:]] or [0.0])
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    ref_loss, ref_grads = ref_step(batches[0], record=True)
-    res["loss_errs"] = [abs(total / m - ref_loss)]
-    gerrs = {k: (grads[k] - g).abs().max().item() for k, g in ref_grads.items() if k in grads}
-    res["grad_err"] = max(gerrs.values())
-    res["grad_err_at"] = max(gerrs, key=gerrs.get)
-    res["grad_errs_big"] = {k: e for k, e in gerrs.items() if e > TOL}
-    res["grads_compared"] = sum(k in grads for k in ref_grads)
-    res["num_ref_params"] = len(ref_grads)
-    for b in batches[1:]:
-        got = pm.train_step(b, opt)
-        want, _ = ref_step(b)
-        res["loss_errs"].append(abs(got - want))
-    sd = pm.state_dict()
-    ref_sd = ref.state_dict()
-    res["missing_keys"] = sorted(set(ref_sd) - set(sd))
-    errs = {k: (sd[k] - v).abs().max().item() for k, v in ref_sd.items() if k in sd}
-    res["param_err"] = max(errs.values())
-    res["param_err_at"] = max(errs, key=errs.get)
-    res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_sd.items())
-    res["shapes_ok"] = all(tuple(sd[k].shape) == tuple(v.shape) for k, v in ref_sd.items() if k in sd)
+    res, _, _ = compare_training(model, pm, batches, m, on_first_grads=tied)
+    res["fsdp"] = [isinstance(ex, FSDPModule) for ex in pm.executors]
+    res["want_fsdp"] = [str(lp.strategy.dp_type) != "ddp" and lp.dp > 1 and any(True for _ in ex.parameters())
+                        for lp, ex in zip(plan.layers, pm.executors)]
     # after the step: per-executor local (this rank's) vs full parameter bytes
     res["local_bytes"] = [_local_bytes(ex) for ex in pm.executors]
     res["full_bytes"] = [_full_bytes(ex) for ex in pm.executors]
