@@ -111,7 +111,6 @@ def _ideal_bytes(ex) -> float:
 def _case(key: str, world: int, cache: dict) -> dict:
     import copy
 
-    import torch
     from torch.distributed.fsdp import FSDPModule
 
     import galvatron_fx as gfx
