@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import compare_training
+from test_parallel_module import PARAM_TOL, STEPS, TOL, T, _batches, compare_training
 
-T = 16  # sequence length
-TOL = 1e-5  # losses and gradients, absolute (fp32)
-PARAM_TOL = 2e-4  # parameters after 3 AdamW steps at lr 1e-3 (see test_parallel_module)
-STEPS = 3
 
 # name -> (global batch, num_microbatches, spec); spec: (dp, tp, dp_type) for every layer, or a
 # list for [embedding, blocks..., head, loss] (gpt-tiny: 4 blocks)
@@ -76,14 +72,6 @@ def _plan(mg, world: int, spec, *, gbs: int, m: int, name: str):
                         predicted=PlanPrediction(step_time_s=0.0, throughput_samples_s=0.0, peak_memory_bytes=(0,),
                                                  memory_budget_bytes=0),
                         solver_stats={"search_s": 0.0})
-
-
-def _batches(gbs: int, steps: int):
-    import torch
-
-    g = torch.Generator().manual_seed(123)
-    return [(torch.randint(0, 64, (gbs, T), generator=g), torch.randint(0, 64, (gbs, T), generator=g))
-            for _ in range(steps)]
 
 
 def _local_bytes(ex) -> int:
