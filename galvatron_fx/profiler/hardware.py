@@ -267,19 +267,19 @@ def detect_slow_links(
 
 
 # ---------------------------------------------------------------------------- measuring
-class _Progress:
-    """A one-line progress bar on stderr (rank 0 only); no dependency."""
+class Progress:
+    """A one-line progress bar on stderr; no dependency. Shared by the profilers."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool, title: str = "profile") -> None:
         self.total, self.done, self.enabled, self.t0 = max(total, 1), 0, enabled, time.perf_counter()
+        self.title = title
 
     def step(self, label: str) -> None:
         self.done += 1
         if self.enabled:
-            frac = self.done / self.total
-            bar = "#" * int(30 * frac)
+            bar = "#" * int(30 * self.done / self.total)
             el = time.perf_counter() - self.t0
-            sys.stderr.write(f"\rprofile [{bar:<30}] {self.done}/{self.total} {el:5.1f}s {label:<40.40}")
+            sys.stderr.write(f"\r{self.title} [{bar:<30}] {self.done}/{self.total} {el:5.1f}s {label:<40.40}")
             if self.done >= self.total:
                 sys.stderr.write("\n")
             sys.stderr.flush()
@@ -564,7 +564,7 @@ def profile_hardware(
             + (len(matmul_sizes) * len(dtypes) + len(attention_seq_lens) * len(dtypes) + 1 if compute else 0)
             + (1 if overlap and world > 1 else 0)
         )
-        bar = _Progress(total, progress and rank == 0)
+        bar = Progress(total, progress and rank == 0)
 
         # key -> (group id, this rank's time per repeat)
         local: dict[tuple, tuple[int, list[float]]] = {}

@@ -37,7 +37,6 @@ import logging
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +54,7 @@ from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
+from galvatron_fx.profiler.hardware import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -184,26 +184,11 @@ def time_layers_s(mg: ModelGraph, layers: Sequence[LayerInfo] | None = None, *, 
     return {layer.name: (r[0], r[1]) for layer, r in zip(layers, res)}
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled, self.t0 = max(total, 1), 0, enabled, time.perf_counter()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.enabled:
-            bar = "#" * int(30 * self.done / self.total)
-            el = time.perf_counter() - self.t0
-            sys.stderr.write(f"\rprofile_model [{bar:<30}] {self.done}/{self.total} {el:5.1f}s {label:<32.32}")
-            if self.done >= self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _time_jobs(jobs: list[Callable[[], tuple[float, float]]], *, repeats: int, warmup: int,
                labels: list[str], progress: bool) -> list[tuple[float, float, list[float], list[float]]]:
     if repeats < 1 or warmup < 0:
         raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    bar = _Progress(len(jobs) * warmup + repeats, progress)
+    bar = Progress(len(jobs) * warmup + repeats, progress, title="profile_model")
     samples: list[tuple[list[float], list[float]]] = [([], []) for _ in jobs]
     was_enabled = gc.isenabled()
     gc.collect()
