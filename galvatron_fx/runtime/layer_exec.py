@@ -46,7 +46,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer, parse_placement, pstr
@@ -174,6 +174,98 @@ class _ToPartial(torch.autograd.Function):
         return grad, None
 
 
+class _AsDTensor(torch.autograd.Function):
+    """A local parameter shard read as its ``(Replicate, tp_p)`` DTensor. Backward returns a
+    plain local gradient in the storage layout whose *sum over dp* is the gradient: the tp
+    placement is redistributed to ``tp_p`` (a tp-``Partial`` grad under sequence parallelism is
+    all-reduced over tp here), and a dp-``Replicate`` or ``Partial(avg)`` grad is divided by dp
+    so that one all-reduce (sum) over dp finishes it."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, mesh: DeviceMesh, tp_p: Placement, shape, stride) -> DTensor:
+        ctx.mesh, ctx.tp_p = mesh, tp_p
+        return DTensor.from_local(local, mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
+
+    @staticmethod
+    def backward(ctx, g: DTensor):
+        dp_p, tp_g = g.placements
+        if tp_g != ctx.tp_p:
+            g = g.redistribute(ctx.mesh, (dp_p, ctx.tp_p))
+        local = g._local_tensor
+        if isinstance(dp_p, Replicate) or (isinstance(dp_p, Partial) and dp_p.reduce_op == "avg"):
+            local = local / ctx.mesh.size(0)
+        return local, None, None, None, None
+
+
+class _Lowered:
+    """One layer as a traced graph of plain local tensors.
+
+    AOTAutograd traces :meth:`LayerExecutor._interpret` forward and backward once (at the first
+    call, from real inputs) into local ATen ops and functional collectives: DTensor's
+    propagation and redistribution happen at trace time, so a step pays plain eager ops, as
+    hand-written code does. The traced function takes and returns *local* tensors only: inside,
+    inputs are wrapped with ``DTensor.from_local`` in the layouts recorded at the first call and
+    outputs unwrapped with ``to_local``; parameters come in as local shards (:class:`_AsDTensor`
+    inside, so their gradients leave as dp-partial local sums). Outside, the executor unwraps its
+    DTensor inputs and rewraps the outputs in the recorded layouts (one autograd node each, whose
+    backward moves an incoming gradient to that layout). Inputs whose layouts differ from the
+    recorded ones are refused (the interpreter handles any layout).
+    """
+
+    def __init__(self, ex: LayerExecutor):
+        from functorch.compile import aot_function, make_boxed_func
+
+        self.mesh = ex.mesh
+        self.in_specs: list | None = None   # (placements, shape, stride) per input
+        self.out_specs: list | None = None  # per flat output: (placements, shape, stride) | None
+        self.out_tree = None
+        self.out_consts: dict[int, object] = {}  # flat output index -> a non-tensor output
+        keys = list(ex.params)
+        n = len(keys)
+
+        def traced(*flat):
+            xs = [DTensor.from_local(x, self.mesh, pl, run_check=False, shape=sh, stride=st)
+                  for x, (pl, sh, st) in zip(flat[n:], self.in_specs)]
+            outs = ex._interpret(xs, dict(zip(keys, flat[:n])))
+            leaves, self.out_tree = tree_flatten(outs)
+            self.out_specs, self.out_consts, ret = [], {}, []
+            for i, o in enumerate(leaves):
+                if isinstance(o, DTensor):
+                    self.out_specs.append((tuple(o.placements), o.shape, o.stride()))
+                    ret.append(o.to_local())
+                elif isinstance(o, torch.Tensor):
+                    self.out_specs.append(None)
+                    ret.append(o)
+                else:
+                    self.out_consts[i] = o
+            return tuple(ret)
+
+        def run_eagerly(gm, _example_inputs):
+            return make_boxed_func(gm.forward)
+
+        # AOTAutograd keeps the first trace: one for training, one for no-grad calls
+        self.fn = {mode: aot_function(traced, run_eagerly, run_eagerly) for mode in (True, False)}
+
+    def __call__(self, ex: LayerExecutor, xs):
+        specs = [(tuple(x.placements), x.shape, x.stride()) for x in xs]
+        if self.in_specs is None:
+            self.in_specs = specs
+        elif specs != self.in_specs:
+            raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
+        params = [p.to_local() if isinstance(p, DTensor) else p for p in ex.params.values()]
+        flat = self.fn[torch.is_grad_enabled()](*params, *(x.to_local() for x in xs))
+        it = iter(zip(flat, self.out_specs))
+        leaves = []
+        for i in range(len(flat) + len(self.out_consts)):
+            if i in self.out_consts:
+                leaves.append(self.out_consts[i])
+                continue
+            t, spec = next(it)
+            leaves.append(t if spec is None else
+                          DTensor.from_local(t, self.mesh, spec[0], run_check=False, shape=spec[1], stride=spec[2]))
+        return tree_unflatten(leaves, self.out_tree)
+
+
 class LayerExecutor(nn.Module):
     """One planned layer on a ``(dp, tp)`` mesh (see module doc).
 
@@ -212,6 +304,10 @@ class LayerExecutor(nn.Module):
             self.params[key] = nn.Parameter(dt, requires_grad=params[name].requires_grad)
             self.fqn_of_key[key] = fqn
         self.mismatches: set[str] = set()  # planned vs. DTensor's output placements, if any differ
+        self.lowered = None  # the traced local-op function (see lower())
+        self._local: set[str] = set()  # parameters stored as plain local shards (localize())
+        # key -> (tp storage placement, global shape, global stride)
+        self._meta = {k: (p.placements[1], p.shape, p.stride()) for k, p in self.params.items()}
 
     @classmethod
     def from_model(cls, mg: ModelGraph, layer: LayerInfo, option: LayerOption, mesh: DeviceMesh,
@@ -243,12 +339,23 @@ class LayerExecutor(nn.Module):
 
     def forward(self, *xs: DTensor):
         assert len(xs) == len(self._inputs), f"expected {len(self._inputs)} inputs, got {len(xs)}"
+        if self.lowered is not None:
+            return self.lowered(self, xs)
+        return self._interpret(xs)
+
+    def _interpret(self, xs, params: dict | None = None):
+        """Run the decomposed graph op by op on DTensors (``params``: key -> stored tensor, in
+        place of the executor's own, for :meth:`lower`)."""
         env: dict[fx.Node, object] = {}
         moved: dict[tuple[str, tuple], DTensor] = {}  # one redistribute per (value, layout)
         given = dict(zip((ph for ph, _ in self._inputs), xs))
         for n in self.gm.graph.nodes:
             if n.op == "placeholder":
-                env[n] = self._param(self._param_of[n.name]) if n.name in self._param_of else given[n]
+                if n.name in self._param_of:
+                    key = self._param_of[n.name]
+                    env[n] = self._param(key, None if params is None else params[key])
+                else:
+                    env[n] = given[n]
             elif n.op == "call_function":
                 if n.target in _IGNORED:
                     env[n] = None
@@ -258,14 +365,74 @@ class LayerExecutor(nn.Module):
                 else:
                     env[n] = self._run(n, env, moved)
             elif n.op == "get_attr":
-                env[n] = distribute_tensor(getattr(self.gm, n.target), self.mesh, [R, R])
+                env[n] = distribute_tensor(getattr(self.gm, n.target), self.mesh, [R, R], src_data_rank=None)
             elif n.op == "output":
                 return tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args[0])
         raise AssertionError("decomposed graph without output")
 
-    def _param(self, key: str) -> torch.Tensor:
-        """The parameter ``key`` as the graph reads it (a hook for wrappers such as FSDP's)."""
+    # -- lowering -----------------------------------------------------------------------------
+
+    def lower(self, share_with: LayerExecutor | None = None) -> None:
+        """Run the layer as one traced graph of local ATen ops and functional collectives
+        (:class:`_Lowered`); ``share_with``: an executor of the same kind, option, mesh and
+        parameter storage whose trace this one reuses (parameters line up by position)."""
+        if share_with is not None and share_with is not self and share_with.lowered is not None:
+            self.lowered = share_with.lowered
+        else:
+            self.lowered = _Lowered(self)
+
+    def localize(self) -> None:
+        """Store each parameter as its plain local shard (``tp`` placement kept as metadata).
+
+        The optimizer then steps ordinary tensors, and a gradient arrives as a plain local
+        tensor holding this rank's share of a sum over dp (:class:`_AsDTensor`), ready for a
+        bucketed all-reduce (:func:`~galvatron_fx.runtime.buckets.all_reduce_coalesced`).
+        Not for parameters that FSDP shards (FSDP wants DTensors)."""
+        for key, p in list(self.params.items()):
+            if key in self._local:
+                continue
+            self._local.add(key)
+            self.params[key] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
+
+    def _stored(self, key: str) -> torch.Tensor:
+        """The parameter ``key`` as stored (a local shard, or a DTensor; FSDP swaps in the
+        unsharded DTensor around forward)."""
         return self.params[key]
+
+    def _param(self, key: str, local: torch.Tensor | None = None) -> DTensor:
+        """The parameter ``key`` as the graph reads it: a ``(Replicate, tp)`` DTensor (a hook for
+        wrappers such as FSDP's). ``local``: its local shard to read instead (:meth:`lower`)."""
+        if local is None and key not in self._local:
+            return self.params[key]
+        tp_p, shape, stride = self._meta[key]
+        return _AsDTensor.apply(self.params[key] if local is None else local, self.mesh, tp_p, shape, stride)
+
+    def full_param(self, key: str) -> torch.Tensor:
+        """Parameter ``key`` as one full tensor (a collective over the mesh)."""
+        return self._as_dtensor(key, self.params[key].detach()).full_tensor()
+
+    def full_grad(self, key: str) -> torch.Tensor | None:
+        """The (synchronised) gradient of ``key`` as one full tensor, or None."""
+        g = self.params[key].grad
+        return None if g is None else self._as_dtensor(key, g).full_tensor()
+
+    def set_full_grad(self, key: str, full: torch.Tensor) -> None:
+        """Set the gradient of ``key`` from a full tensor (identical on every rank)."""
+        p = self.params[key]
+        if key in self._local:
+            tp_p = self._meta[key][0]
+            d = DTensor.from_local(full, self.mesh, [R, R], run_check=False).redistribute(self.mesh, (R, tp_p))
+            p.grad = d.to_local().clone()
+        else:
+            # redistribute (not distribute_tensor): FSDP shards may be _StridedShard
+            d = DTensor.from_local(full, p.device_mesh, [R] * p.device_mesh.ndim, run_check=False)
+            p.grad = d.redistribute(p.device_mesh, p.placements)
+
+    def _as_dtensor(self, key: str, t: torch.Tensor) -> DTensor:
+        if isinstance(t, DTensor):
+            return t
+        tp_p, shape, stride = self._meta[key]
+        return DTensor.from_local(t, self.mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
 
     def _run(self, n: fx.Node, env: dict, moved: dict):
         want_in, want_out = self._plan[n.name]
@@ -303,9 +470,15 @@ class LayerExecutor(nn.Module):
     @torch.no_grad()
     def sync_grads(self) -> None:
         """All-reduce (sum) each grad to its parameter's storage layout: over dp (batch-sharded
-        readers leave it ``Partial``) and over tp where sequence parallelism left it ``Partial``."""
-        for p in self.params.values():
-            if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
+        readers leave it ``Partial``) and over tp where sequence parallelism left it ``Partial``.
+        Local parameters (:meth:`localize`) are summed over dp in buckets."""
+        from galvatron_fx.runtime.buckets import all_reduce_coalesced
+
+        local = [p.grad for k, p in self.params.items() if k in self._local and p.grad is not None]
+        if local and self.mesh.size(0) > 1:
+            all_reduce_coalesced(local, self.mesh.get_group("dp"))
+        for k, p in self.params.items():
+            if k not in self._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                 p.grad = p.grad.redistribute(p.device_mesh, p.placements)
 
     def named_fqn_parameters(self):

@@ -62,6 +62,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
+from galvatron_fx.runtime.buckets import all_reduce_coalesced
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
 
@@ -123,9 +124,11 @@ class _Executor(LayerExecutor):
 
     fsdp = False
 
-    def _param(self, key):
-        p = super()._param(key)
-        return _DpPartialGrad.apply(p) if self.fsdp and p.requires_grad else p
+    def _param(self, key, local=None):
+        p = super()._param(key, local)
+        if local is None and self.fsdp and p.requires_grad:  # a lowered trace reads local shards
+            p = _DpPartialGrad.apply(p)
+        return p
 
     def _run(self, n, env, moved):
         out = super()._run(n, env, moved)
@@ -137,7 +140,8 @@ class _Executor(LayerExecutor):
 class ParallelModule(nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
-    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None):
+    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None,
+                 lower: bool = True):
         super().__init__()
         if plan.pp != 1:
             raise PlanError(f"ParallelModule runs plans without pipeline stages; this plan has pp={plan.pp}: "
@@ -157,6 +161,7 @@ class ParallelModule(nn.Module):
         self._node_fqn = {node: p.name for p in mg.params.values() for node in p.nodes}
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         decomposed: dict[str, DecomposedLayer] = {}
+        traced: dict[tuple, LayerExecutor] = {}
         for layer, lp in zip(mg.layers, plan.layers):
             st = lp.strategy
             mesh = self.mesh(lp.dp, st.tp)
@@ -176,6 +181,13 @@ class ParallelModule(nn.Module):
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
             self._shard(ex, lp)
+            if not ex.fsdp:
+                ex.localize()
+            if lower and st.recompute != "selective":
+                # one trace per (kind, placements, mesh, storage); selective recompute keeps the
+                # interpreter, whose per-op dispatch the selective policy needs
+                key = (layer.kind, tuple(sorted(option.placements.items())), (lp.dp, st.tp), ex.fsdp)
+                ex.lower(share_with=traced.setdefault(key, ex))
             wrap = checkpoint_fn(st.recompute)
             self._ckpt.append(wrap(ex) if wrap is not None else ex)
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
@@ -219,11 +231,11 @@ class ParallelModule(nn.Module):
         cm = cost_model or AnalyticCostModel(Cluster.preset("dgx-a100-80g"))
         return solve_intra_layer(self.mg, layer, st.tp, st.sp, cm, decomposed=dl, shard_params=st.tp > 1)
 
-    def _tied_groups(self) -> list[list[nn.Parameter]]:
-        by_fqn: dict[str, list[nn.Parameter]] = {}
+    def _tied_groups(self) -> list[list[tuple[LayerExecutor, str]]]:
+        by_fqn: dict[str, list[tuple[LayerExecutor, str]]] = {}
         for ex in self.executors:
-            for fqn, p in ex.named_fqn_parameters():
-                by_fqn.setdefault(fqn, []).append(p)
+            for key, fqn in ex.fqn_of_key.items():
+                by_fqn.setdefault(fqn, []).append((ex, key))
         return [ps for ps in by_fqn.values() if len(ps) > 1]
 
     # ---- forward ----------------------------------------------------------------------------
@@ -243,7 +255,8 @@ class ParallelModule(nn.Module):
             full = self._buffers_full[self._node_fqn[name]]
         else:
             raise AssertionError(f"layer input {name} is neither a user input, a buffer nor made by an earlier layer")
-        return distribute_tensor(full, mesh, [Shard(0) if name in batched else R, tp_p])
+        # every rank holds the same full tensor: each takes its piece, no collective
+        return distribute_tensor(full, mesh, [Shard(0) if name in batched else R, tp_p], src_data_rank=None)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
@@ -253,12 +266,22 @@ class ParallelModule(nn.Module):
         ``Partial(avg)`` on dp; its ``full_tensor()`` is the global mean, and backward through it
         leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`) is the gradient of that mean.
         """
+        self._check_inputs(inputs)
+        loss = self._loss(inputs)
+        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+
+    def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]
         got = [tuple(x.shape) for x in inputs]
         if len(inputs) != len(names) or (shapes and got != shapes):
             raise ValueError(f"expected inputs ({', '.join(names)}) of shapes {shapes} (one micro-batch of "
                              f"{self.plan.global_batch_size} / {self.plan.num_microbatches} samples), got {got}; "
                              "use train_step for a whole global batch")
+
+    def _loss(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
+        ``Partial(avg)`` over dp): no collective."""
+        names = self.mg.input_names
         env: dict[str, object] = dict(zip(names, inputs))
         batched = {n for n, x in zip(names, inputs) if x.ndim >= 1}
         for ex, run in zip(self.executors, self._ckpt):
@@ -268,28 +291,55 @@ class ParallelModule(nn.Module):
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             env.update(zip(ex.layer_outputs, outs))
         (loss,) = [env[n] for n in self.mg.output_names]
-        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+        return loss
 
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()
     def sync_grads(self) -> None:
-        """Reduce every grad to its parameter's layout (dp all-reduce; FSDP layers reduce-scattered
-        theirs in backward), then sum tied copies (each in its own layout, which may differ)."""
-        for ex in self.executors:
-            if not ex.fsdp:
-                ex.sync_grads()
+        """Reduce every grad to its parameter's layout, then sum tied copies (each in its own
+        layout, which may differ). FSDP layers reduce-scattered theirs in backward; the plain
+        (DDP-flavour) local grads of all layers sharing a dp group are summed in buckets, last
+        layer first (:func:`~galvatron_fx.runtime.buckets.all_reduce_coalesced`)."""
+        # tied copies stored whole (tp Replicate) on equal meshes: their dp-partial grads are
+        # summed locally first, and only the sum is all-reduced
+        local_tied, followers = [], {}
         for ps in self._tied:
-            with_grad = [p for p in ps if p.grad is not None]
-            if not with_grad:
+            if all(k in ex._local and isinstance(ex._meta[k][0], Replicate) for ex, k in ps) and \
+                    len({(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}) == 1:
+                grads = [ex.params[k].grad for ex, k in ps]
+                if any(g is None for g in grads):
+                    local_tied.append(ps)  # general path below
+                    continue
+                (ex0, k0), rest = ps[0], ps[1:]
+                for g in grads[1:]:
+                    ex0.params[k0].grad += g
+                followers.update({(id(ex), k): ex0.params[k0] for ex, k in rest})
+            else:
+                local_tied.append(ps)
+        groups: dict[tuple[int, int], list[torch.Tensor]] = {}
+        for ex in reversed(self.executors):
+            if ex.fsdp:
                 continue
-            total = None
-            for p in with_grad:
-                g = p.grad.full_tensor()
-                total = g if total is None else total + g
-            for p in ps:
-                # redistribute (not distribute_tensor): FSDP shards may be _StridedShard
-                full = DTensor.from_local(total, p.device_mesh, [R] * p.device_mesh.ndim, run_check=False)
-                p.grad = full.redistribute(p.device_mesh, p.placements)
+            if ex.mesh.size(0) > 1:
+                groups.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).extend(
+                    p.grad for k, p in reversed(list(ex.params.items()))
+                    if k in ex._local and p.grad is not None and (id(ex), k) not in followers)
+            for k, p in ex.params.items():  # parameters kept as DTensors
+                if k not in ex._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
+                    p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+        for (dp, tp), grads in groups.items():
+            all_reduce_coalesced(grads, self.mesh(dp, tp).get_group("dp"))
+        for ex in self.executors:
+            for k, p in ex.params.items():
+                if (id(ex), k) in followers:
+                    p.grad = followers[(id(ex), k)].grad.clone()
+        for ps in local_tied:
+            fulls = [g for g in (ex.full_grad(k) for ex, k in ps) if g is not None]
+            if not fulls:
+                continue
+            total = torch.stack(fulls).sum(0) if len(fulls) > 1 else fulls[0]
+            for ex, k in ps:
+                ex.set_full_grad(k, total)
 
     def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
         """One step on a global batch (full tensors on every rank): ``num_microbatches``
@@ -299,24 +349,30 @@ class ParallelModule(nn.Module):
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
             raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
-        total = 0.0
+        total = None
         for i in range(m):
-            loss = self(*(c[i] for c in chunks))
-            (loss / m).backward()
-            total += loss.item()
+            mb = [c[i] for c in chunks]
+            self._check_inputs(mb)
+            loss = self._loss(mb)
+            # backward from the partial loss: the same gradients as through full_tensor(), whose
+            # backward is a local step; the value is reduced once, after the optimizer step
+            local = loss.to_local() if isinstance(loss, DTensor) else loss
+            (local / m).backward()
+            total = loss.detach() if total is None else total + loss.detach()
         self.sync_grads()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return total / m
+        total = total.full_tensor() if isinstance(total, DTensor) else total
+        return total.item() / m
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
         """Full (unsharded) tensors keyed by the original model's FQNs (aliases included)."""
         out: dict[str, torch.Tensor] = {}
         for ex in self.executors:
-            for fqn, p in ex.named_fqn_parameters():
+            for key, fqn in ex.fqn_of_key.items():
                 if fqn not in out:
-                    out[fqn] = p.detach().full_tensor()
+                    out[fqn] = ex.full_param(key)
         for info in self.mg.params.values():
             if info.name in out:
                 for alias in info.aliases:

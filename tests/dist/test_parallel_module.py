@@ -105,9 +105,10 @@ def _batches(gbs: int, steps: int):
 def _full_grads(pm) -> dict:
     out = {}
     for ex in pm.executors:
-        for fqn, p in ex.named_fqn_parameters():
-            if p.grad is not None and fqn not in out:
-                out[fqn] = p.grad.full_tensor()
+        for key, fqn in ex.fqn_of_key.items():
+            g = ex.full_grad(key)
+            if g is not None and fqn not in out:
+                out[fqn] = g
     return out
 
 

@@ -75,11 +75,13 @@ def _plan(mg, world: int, spec, *, gbs: int, m: int, name: str):
 
 
 def _local_bytes(ex) -> int:
-    return sum(p.to_local().numel() * p.element_size() for p in ex.parameters())
+    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in ex.parameters())
 
 
 def _full_bytes(ex) -> int:
-    return sum(p.numel() * p.element_size() for p in ex.parameters())  # DTensor numel: global
+    import math
+
+    return sum(math.prod(ex._meta[k][1]) * p.element_size() for k, p in ex.params.items())
 
 
 def _ideal_bytes(ex) -> float:
@@ -88,12 +90,20 @@ def _ideal_bytes(ex) -> float:
     from torch.distributed.tensor.placement_types import _StridedShard
 
     out = 0.0
-    for p in ex.parameters():
+    for k, p in ex.params.items():
+        placements = (ex._meta[k][0],) if k in ex._local else tuple(p.placements)
+        axes = (1,) if k in ex._local else range(len(placements))
         ways = 1
-        for i, pl in enumerate(p.placements):
-            ways *= p.device_mesh.size(i) if isinstance(pl, (Shard, _StridedShard)) else 1
-        out += p.numel() * p.element_size() / ways
+        for i, pl in zip(axes, placements):
+            ways *= ex.mesh.size(i) if isinstance(pl, (Shard, _StridedShard)) else 1
+        out += _full_bytes_one(ex, k, p) / ways
     return out
+
+
+def _full_bytes_one(ex, k, p) -> int:
+    import math
+
+    return math.prod(ex._meta[k][1]) * p.element_size()
 
 
 def _case(key: str, world: int, cache: dict) -> dict:
@@ -115,8 +125,8 @@ def _case(key: str, world: int, cache: dict) -> dict:
     batches = _batches(gbs, STEPS)
 
     def tied(res: dict) -> None:  # tied copies (embedding / head) hold equal grads in their layouts
-        res["tied_grad_err"] = max([(ps[0].grad.full_tensor() - p.grad.full_tensor()).abs().max().item()
-                                    for ps in pm._tied for p in ps[1:]] or [0.0])
+        res["tied_grad_err"] = max([(ps[0][0].full_grad(ps[0][1]) - ex.full_grad(k)).abs().max().item()
+                                    for ps in pm._tied for ex, k in ps[1:]] or [0.0])
 
     res, _, _ = compare_training(model, pm, batches, m, on_first_grads=tied)
     res["fsdp"] = [isinstance(ex, FSDPModule) for ex in pm.executors]
