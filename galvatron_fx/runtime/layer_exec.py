@@ -252,8 +252,7 @@ class _Lowered:
             self.in_specs = specs
         elif specs != self.in_specs:
             raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
-        params = [p.to_local() if isinstance(p, DTensor) else p for p in ex.params.values()]
-        flat = self.fn[torch.is_grad_enabled()](*params, *(x.to_local() for x in xs))
+        flat = self.fn[torch.is_grad_enabled()](*ex.local_params(), *(x.to_local() for x in xs))
         it = iter(zip(flat, self.out_specs))
         leaves = []
         for i in range(len(flat) + len(self.out_consts)):
@@ -394,10 +393,11 @@ class LayerExecutor(nn.Module):
             self._local.add(key)
             self.params[key] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
 
-    def _stored(self, key: str) -> torch.Tensor:
-        """The parameter ``key`` as stored (a local shard, or a DTensor; FSDP swaps in the
-        unsharded DTensor around forward)."""
-        return self.params[key]
+    def local_params(self) -> list[torch.Tensor]:
+        """This rank's shard of every parameter, in ``self.params`` order, as a lowered layer
+        reads them (differentiably: an FSDP-unsharded DTensor's local tensor; a hook for callers
+        that keep the parameters elsewhere)."""
+        return [p.to_local() if isinstance(p, DTensor) else p for p in self.params.values()]
 
     def _param(self, key: str, local: torch.Tensor | None = None) -> DTensor:
         """The parameter ``key`` as the graph reads it: a ``(Replicate, tp)`` DTensor (a hook for
