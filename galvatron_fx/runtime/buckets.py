@@ -19,23 +19,30 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "all_reduce_coalesced", "plan_buckets"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "GradBucketer", "all_reduce_coalesced", "plan_buckets"]
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
+FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
 
 
-def plan_buckets(tensors: Sequence[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
+def plan_buckets(tensors: Sequence[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 first_bucket_bytes: int | None = None) -> list[list[int]]:
     """Indices of ``tensors`` grouped into buckets: same dtype, in order, at most
-    ``bucket_bytes`` each (a larger tensor is a bucket of its own)."""
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    ``bucket_bytes`` each (a larger tensor is a bucket of its own); the first bucket of each
+    dtype holds at most ``first_bucket_bytes`` (default ``bucket_bytes``), so that the first
+    collective starts early in backward."""
+    if bucket_bytes <= 0 or (first_bucket_bytes is not None and first_bucket_bytes <= 0):
+        raise ValueError(f"bucket sizes must be positive, got {bucket_bytes}, {first_bucket_bytes}")
     open_: dict[torch.dtype, tuple[list[int], int]] = {}
+    started: set[torch.dtype] = set()
     out: list[list[int]] = []
     for i, t in enumerate(tensors):
         nbytes = t.numel() * t.element_size()
         idx, size = open_.get(t.dtype, ([], 0))
-        if idx and size + nbytes > bucket_bytes:
+        cap = bucket_bytes if t.dtype in started or first_bucket_bytes is None else first_bucket_bytes
+        if idx and size + nbytes > cap:
             out.append(idx)
+            started.add(t.dtype)
             idx, size = [], 0
         idx.append(i)
         open_[t.dtype] = (idx, size + nbytes)
@@ -68,3 +75,73 @@ def all_reduce_coalesced(tensors: Sequence[torch.Tensor], group: dist.ProcessGro
             t.copy_(flat[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
     return len(pending)
+
+
+class GradBucketer:
+    """Data-parallel gradient sums launched *during* backward, bucket by bucket (as DDP does).
+
+    Contract: ``params`` are plain local parameters whose gradients are summed over ``group``,
+    listed in the order backward is expected to finish them (last layer first). While
+    :meth:`arm`-ed, a post-accumulate-grad hook marks each parameter ready; a bucket whose
+    parameters are all ready is flattened and its all-reduce launched at once, overlapping the
+    rest of backward. :meth:`finish` launches what is left (parameters that got no gradient are
+    skipped — every rank uses the same parameters, so all ranks launch the same buckets), waits,
+    copies the sums back into the ``.grad`` tensors and disarms. Unarmed (earlier micro-batches
+    of an accumulation, or a backward the caller drives), hooks do nothing and :meth:`finish`
+    reduces everything after backward.
+    """
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], group: dist.ProcessGroup | None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, first_bucket_bytes: int = FIRST_BUCKET_BYTES):
+        self.params = list(params)
+        self.group = group
+        self.buckets = plan_buckets(self.params, bucket_bytes, first_bucket_bytes)
+        self._bucket_of = {id(p): b for b, idx in enumerate(self.buckets) for p in (self.params[i] for i in idx)}
+        self._armed = False
+        self._ready: list[int] = [0] * len(self.buckets)
+        self._pending: dict[int, tuple[list[torch.Tensor], torch.Tensor, object]] = {}
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params if p.requires_grad]
+
+    def arm(self) -> None:
+        """Launch buckets from the hooks of the next backward."""
+        self._armed = True
+        self._ready = [0] * len(self.buckets)
+
+    def _on_grad(self, p: torch.nn.Parameter) -> None:
+        if not self._armed:
+            return
+        b = self._bucket_of[id(p)]
+        self._ready[b] += 1
+        if self._ready[b] == len(self.buckets[b]):
+            self._launch(b)
+
+    def _launch(self, b: int) -> None:
+        grads = [g for g in (self.params[i].grad for i in self.buckets[b]) if g is not None]
+        if not grads:
+            return
+        flat = grads[0].contiguous() if len(grads) == 1 else torch.cat([g.reshape(-1) for g in grads])
+        self._pending[b] = (grads, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+
+    @torch.no_grad()
+    def finish(self) -> int:
+        """Reduce every gradient (see class doc); returns the number of collectives."""
+        for b in range(len(self.buckets)):
+            if b not in self._pending:
+                self._launch(b)
+        n = len(self._pending)
+        for b in sorted(self._pending):
+            grads, flat, work = self._pending[b]
+            work.wait()
+            if len(grads) == 1 and flat is grads[0]:
+                continue
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self._pending.clear()
+        self._armed = False
+        return n
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()

@@ -62,7 +62,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
-from galvatron_fx.runtime.buckets import all_reduce_coalesced
+from galvatron_fx.runtime.buckets import GradBucketer, all_reduce_coalesced
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
 
@@ -191,6 +191,7 @@ class ParallelModule(nn.Module):
             wrap = checkpoint_fn(st.recompute)
             self._ckpt.append(wrap(ex) if wrap is not None else ex)
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
+        self._bucketers = self._grad_bucketers()
         self.num_microbatches = plan.num_microbatches
 
     # ---- meshes and options -------------------------------------------------------------------
@@ -237,6 +238,26 @@ class ParallelModule(nn.Module):
             for key, fqn in ex.fqn_of_key.items():
                 by_fqn.setdefault(fqn, []).append((ex, key))
         return [ps for ps in by_fqn.values() if len(ps) > 1]
+
+    def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
+        """Tied copies stored whole (tp ``Replicate``) on equal mesh shapes are summed locally
+        before one dp all-reduce (``_fast_tied``); the other tied copies are summed as full
+        tensors (``_slow_tied``). Every other plain local parameter of a ``dp > 1`` layer joins
+        its dp group's :class:`GradBucketer`, last layer first."""
+        self._fast_tied, self._slow_tied = [], []
+        for ps in self._tied:
+            whole = all(k in ex._local and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
+            same = len({(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}) == 1
+            (self._fast_tied if whole and same else self._slow_tied).append(ps)
+        tied = {(id(ex), k) for ps in self._fast_tied for ex, k in ps}
+        by_group: dict[tuple[int, int], list[nn.Parameter]] = {}
+        for ex in reversed(self.executors):
+            if ex.fsdp or ex.mesh.size(0) == 1:
+                continue
+            by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).extend(
+                p for k, p in reversed(list(ex.params.items()))
+                if k in ex._local and p.requires_grad and (id(ex), k) not in tied)
+        return {shape: GradBucketer(ps, self.mesh(*shape).get_group("dp")) for shape, ps in by_group.items() if ps}
 
     # ---- forward ----------------------------------------------------------------------------
     def _layout_input(self, ex: LayerExecutor, name: str, tp_p: Placement, env: dict, batched: set[str]) -> DTensor:
@@ -296,47 +317,42 @@ class ParallelModule(nn.Module):
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()
     def sync_grads(self) -> None:
-        """Reduce every grad to its parameter's layout, then sum tied copies (each in its own
-        layout, which may differ). FSDP layers reduce-scattered theirs in backward; the plain
-        (DDP-flavour) local grads of all layers sharing a dp group are summed in buckets, last
-        layer first (:func:`~galvatron_fx.runtime.buckets.all_reduce_coalesced`)."""
-        # tied copies stored whole (tp Replicate) on equal meshes: their dp-partial grads are
-        # summed locally first, and only the sum is all-reduced
-        local_tied, followers = [], {}
-        for ps in self._tied:
-            if all(k in ex._local and isinstance(ex._meta[k][0], Replicate) for ex, k in ps) and \
-                    len({(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}) == 1:
-                grads = [ex.params[k].grad for ex, k in ps]
-                if any(g is None for g in grads):
-                    local_tied.append(ps)  # general path below
-                    continue
-                (ex0, k0), rest = ps[0], ps[1:]
-                for g in grads[1:]:
-                    ex0.params[k0].grad += g
-                followers.update({(id(ex), k): ex0.params[k0] for ex, k in rest})
-            else:
-                local_tied.append(ps)
-        groups: dict[tuple[int, int], list[torch.Tensor]] = {}
-        for ex in reversed(self.executors):
-            if ex.fsdp:
+        """Reduce every grad to its parameter's layout and sum tied copies (see
+        :meth:`_grad_bucketers`). FSDP layers reduce-scattered theirs in backward; the plain
+        (DDP-flavour) local grads of all layers sharing a dp group are summed in buckets, launched
+        during the last backward when :meth:`train_step` armed them, else here."""
+        for bucketer in self._bucketers.values():
+            bucketer.finish()
+        leaders: dict[tuple[int, int], list[torch.Tensor]] = {}
+        for ps in self._fast_tied:
+            grads = [g for g in (ex.params[k].grad for ex, k in ps) if g is not None]
+            if not grads:
                 continue
-            if ex.mesh.size(0) > 1:
-                groups.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).extend(
-                    p.grad for k, p in reversed(list(ex.params.items()))
-                    if k in ex._local and p.grad is not None and (id(ex), k) not in followers)
-            for k, p in ex.params.items():  # parameters kept as DTensors
+            total = grads[0]
+            for g in grads[1:]:
+                total += g
+            ex0, k0 = ps[0]
+            ex0.params[k0].grad = total
+            if ex0.mesh.size(0) > 1:
+                leaders.setdefault((ex0.mesh.size(0), ex0.mesh.size(1)), []).append(total)
+        for shape, grads in leaders.items():
+            all_reduce_coalesced(grads, self.mesh(*shape).get_group("dp"))
+        for ps in self._fast_tied:
+            (ex0, k0), rest = ps[0], ps[1:]
+            for ex, k in rest:
+                if ex0.params[k0].grad is not None:
+                    ex.params[k].grad = ex0.params[k0].grad.clone()
+        for ex in self.executors:
+            for k, p in ex.params.items():  # parameters kept as DTensors (FSDP reduced theirs)
                 if k not in ex._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                     p.grad = p.grad.redistribute(p.device_mesh, p.placements)
-        for (dp, tp), grads in groups.items():
-            all_reduce_coalesced(grads, self.mesh(dp, tp).get_group("dp"))
-        for ex in self.executors:
-            for k, p in ex.params.items():
-                if (id(ex), k) in followers:
-                    p.grad = followers[(id(ex), k)].grad.clone()
-        for ps in local_tied:
-            fulls = [g for g in (ex.full_grad(k) for ex, k in ps) if g is not None]
-            if not fulls:
-                continue
+        for ps in self._slow_tied:
+            self._sum_full(ps)
+
+    @staticmethod
+    def _sum_full(ps) -> None:
+        fulls = [g for g in (ex.full_grad(k) for ex, k in ps) if g is not None]
+        if fulls:
             total = torch.stack(fulls).sum(0) if len(fulls) > 1 else fulls[0]
             for ex, k in ps:
                 ex.set_full_grad(k, total)
@@ -357,6 +373,9 @@ class ParallelModule(nn.Module):
             # backward from the partial loss: the same gradients as through full_tensor(), whose
             # backward is a local step; the value is reduced once, after the optimizer step
             local = loss.to_local() if isinstance(loss, DTensor) else loss
+            if i == m - 1:  # dp sums overlap the last micro-batch's backward
+                for bucketer in self._bucketers.values():
+                    bucketer.arm()
             (local / m).backward()
             total = loss.detach() if total is None else total + loss.detach()
         self.sync_grads()
@@ -381,3 +400,30 @@ class ParallelModule(nn.Module):
             out.setdefault(fqn, b.clone())
         return out
 
+    # ---- checkpoints (galvatron_fx.runtime.checkpoint) ----------------------------------------
+    def save(self, path, optimizer: torch.optim.Optimizer | None, *, step: int | None = None,
+             extra: dict | None = None):
+        """Save parameters, buffers and ``optimizer``'s state to the directory ``path``, sharded
+        and atomically, with the plan beside them; collective (every rank calls it). Any plan or
+        world size can :meth:`load` it. See :func:`galvatron_fx.runtime.checkpoint.save`."""
+        from galvatron_fx.runtime.checkpoint import save
+
+        return save(self, optimizer, path, step=step, extra=extra)
+
+    def load(self, path, optimizer: torch.optim.Optimizer | None):
+        """Load a checkpoint written by :meth:`save` under any plan or world size into this
+        module's layout and ``optimizer`` (which may be fresh); collective. Returns a
+        :class:`~galvatron_fx.runtime.checkpoint.LoadedCheckpoint` (``step``, ``extra``, ...)."""
+        from galvatron_fx.runtime.checkpoint import load
+
+        return load(self, optimizer, path)
+
+    def load_state_dict(self, state_dict, strict: bool = True):  # type: ignore[override]
+        """Copy full tensors keyed by the user's FQNs (``state_dict()`` of this module or of the
+        plain model, identical on every rank) into the sharded parameters and buffers. Returns
+        ``nn.Module``'s ``_IncompatibleKeys(missing_keys, unexpected_keys)``; raises
+        ``ConfigError`` on shape mismatches, and on missing or unexpected keys when ``strict``.
+        See :func:`galvatron_fx.runtime.checkpoint.load_full_state_dict`."""
+        from galvatron_fx.runtime.checkpoint import load_full_state_dict
+
+        return load_full_state_dict(self, state_dict, strict=strict)

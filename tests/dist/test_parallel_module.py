@@ -233,6 +233,45 @@ def _reshard_case(world: int) -> dict:
     return {"max_err": max(errs), "num": len(errs)}
 
 
+def _buckets_case(world: int) -> dict:
+    """Bucketed dp sums equal one all-reduce per tensor: unarmed (all after backward) and armed
+    (launched from grad hooks during backward), with a parameter that gets no gradient."""
+    import torch
+    import torch.distributed as dist
+
+    from galvatron_fx.runtime.buckets import GradBucketer, all_reduce_coalesced
+
+    rank = dist.get_rank()
+    g = torch.Generator().manual_seed(rank)
+    shapes = [(300,), (17, 5), (1000,), (3, 3), (40000,)]
+    res = {}
+    ts = [torch.randn(s, generator=g) for s in shapes]
+    want = [t.clone() for t in ts]
+    for t in want:
+        dist.all_reduce(t)
+    res["coalesced_calls"] = all_reduce_coalesced(ts, bucket_bytes=8000)
+    res["coalesced_err"] = max((a - b).abs().max().item() for a, b in zip(ts, want))
+    for armed in (False, True):
+        ps = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+        bk = GradBucketer(ps, None, bucket_bytes=8000, first_bucket_bytes=1500)
+        if armed:
+            bk.arm()
+        x = torch.randn(4, generator=g)
+        loss = sum((p.sum() * x.sum()) for i, p in enumerate(ps) if i != 1)  # ps[1] gets no grad
+        loss.backward()
+        launched_in_backward = len(bk._pending)
+        total = x.sum().clone()
+        dist.all_reduce(total)  # every grad is x.sum() on each rank; their sum is this
+        ref = [None if i == 1 else torch.full(s, total.item()) for i, s in enumerate(shapes)]
+        res[f"armed{armed}_calls"] = bk.finish()
+        res[f"armed{armed}_in_backward"] = launched_in_backward
+        res[f"armed{armed}_err"] = max((p.grad - r).abs().max().item() / abs(total.item())
+                                       for p, r in zip(ps, ref) if r is not None)
+        res[f"armed{armed}_none_kept"] = ps[1].grad is None
+        bk.remove()
+    return res
+
+
 def _errors_case(world: int, cache: dict) -> dict:
     """compile's checks: a plan for another world size; different plans on different ranks."""
     import copy
@@ -281,7 +320,7 @@ def _errors_case(world: int, cache: dict) -> dict:
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
-    jobs = [("reshard", lambda: _reshard_case(world))]
+    jobs = [("reshard", lambda: _reshard_case(world)), ("buckets", lambda: _buckets_case(world))]
     jobs += [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
@@ -315,6 +354,18 @@ def _check_numerics(results: dict, key: str) -> dict:
 def test_reshard_between_meshes(world, world2, world4):
     r = assert_ok({2: world2, 4: world4}[world], "reshard")
     assert r["num"] > 0 and r["max_err"] == 0.0
+
+
+def test_bucketed_dp_sums_equal_per_tensor_all_reduce(world2):
+    assert_ok(world2, "buckets")
+    for rank in world2:
+        r = world2[rank]["buckets"]
+        assert r["coalesced_err"] == 0.0 and r["coalesced_calls"] == 2, r  # [0..3] and [4]
+        for armed in (False, True):
+            assert r[f"armed{armed}_err"] <= 1e-6, r
+            assert r[f"armed{armed}_none_kept"], "a parameter without gradient got one"
+        assert r["armedFalse_in_backward"] == 0, "unarmed buckets must wait for finish()"
+        assert r["armedTrue_in_backward"] >= 2, "armed buckets must launch during backward"
 
 
 @pytest.mark.parametrize("key", list(CASES[2]))
