@@ -141,18 +141,23 @@ class ParallelModule(nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None,
-                 lower: bool = True):
+                 lower: bool = True, layers: Sequence[int] | None = None,
+                 meshes: dict[tuple[int, int], DeviceMesh] | None = None):
+        """``layers``/``meshes``: build only these layers (a pipeline chunk) on the given ``(dp,
+        tp)`` meshes over their stage's ranks (:class:`~galvatron_fx.runtime.pipeline.PipelineModule`
+        does); by default every layer of a ``pp == 1`` plan on meshes over all ranks."""
         super().__init__()
-        if plan.pp != 1:
+        if plan.pp != 1 and layers is None:
             raise PlanError(f"ParallelModule runs plans without pipeline stages; this plan has pp={plan.pp}: "
-                            "re-plan with search={'pp': (1,)} (pipelined plans are not supported yet)")
+                            "build it with galvatron_fx.compile(), which runs pipelined plans")
         if len(plan.layers) != len(mg.layers) or any(lp.name != l.name for lp, l in zip(plan.layers, mg.layers)):
             raise PlanError(f"plan {plan.model!r} names other layers than the captured model: "
                             f"{[lp.name for lp in plan.layers][:6]} vs {[l.name for l in mg.layers][:6]}; re-plan")
         self.plan = plan
         self.mg = mg
-        self._ranks = tuple(plan.stage_ranks[0])
-        self._meshes: dict[tuple[int, int], DeviceMesh] = {}
+        self.layer_ids = list(range(len(mg.layers)) if layers is None else layers)
+        self._ranks = tuple(plan.stage_ranks[plan.layers[self.layer_ids[0]].stage])
+        self._meshes: dict[tuple[int, int], DeviceMesh] = dict(meshes or {})
         self.executors = nn.ModuleList()
         self._ckpt = []
         self.option_source: list[str] = []  # "plan" | "tp1" | "re-solved", per layer
@@ -162,7 +167,8 @@ class ParallelModule(nn.Module):
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         decomposed: dict[str, DecomposedLayer] = {}
         traced: dict[tuple, LayerExecutor] = {}
-        for layer, lp in zip(mg.layers, plan.layers):
+        for i in self.layer_ids:
+            layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
             mesh = self.mesh(lp.dp, st.tp)
             if layer.kind not in decomposed:
@@ -304,15 +310,20 @@ class ParallelModule(nn.Module):
         ``Partial(avg)`` over dp): no collective."""
         names = self.mg.input_names
         env: dict[str, object] = dict(zip(names, inputs))
-        batched = {n for n, x in zip(names, inputs) if x.ndim >= 1}
+        self.run_layers(env)
+        (loss,) = [env[n] for n in self.mg.output_names]
+        return loss
+
+    def run_layers(self, env: dict[str, object]) -> None:
+        """Run this module's layers on ``env`` (value name -> DTensor, or a full tensor for user
+        inputs), adding their outputs to it."""
+        batched = {n for n in self.mg.input_names if n in env and getattr(env[n], "ndim", 0) >= 1}
         for ex, run in zip(self.executors, self._ckpt):
             xs = [self._layout_input(ex, ex.input_name_of[ph.name], pl[1], env, batched)
                   for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
             outs = run(*xs)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             env.update(zip(ex.layer_outputs, outs))
-        (loss,) = [env[n] for n in self.mg.output_names]
-        return loss
 
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()

@@ -59,9 +59,12 @@ def build(name: str, batch: int, seed: int = 0):
 _OPTIONS: dict = {}
 
 
-def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test"):
-    """A hand-made pp=1 plan: per layer (dp, tp, sp, recompute), placements from the ILP (the
-    memory-lean variant: every matrix weight sharded, so tp>1 really shards)."""
+def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp: int = 1,
+              boundaries: tuple[int, ...] = (0,), schedule: str = "1f1b"):
+    """A hand-made plan: per layer (dp, tp, sp, recompute[, dp_type]), placements from the ILP
+    (the memory-lean variant: every matrix weight sharded, so tp>1 really shards). ``pp > 1``:
+    chunks start at ``boundaries`` (``pp × virtual stages`` of them), chunk c on stage c % pp,
+    stages on contiguous rank blocks; each layer's dp × tp covers a stage."""
     import galvatron_fx as gfx
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.ir.plan import LayerPlan, LayerPrediction, ParallelPlan, PlanPrediction, graph_hash
@@ -71,8 +74,12 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test"):
     spec = spec if isinstance(spec, list) else [spec] * len(mg.layers)
     cm = AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))
     layers = []
-    for layer, (dp, tp, sp, rc) in zip(mg.layers, spec):
-        assert dp * tp == world
+    chunk_of = {}
+    ends = (*boundaries[1:], len(mg.layers))
+    for c, (a, e) in enumerate(zip(boundaries, ends)):
+        chunk_of.update({i: c for i in range(a, e)})
+    for i, (layer, (dp, tp, sp, rc, *dpt)) in enumerate(zip(mg.layers, spec)):
+        assert dp * tp * pp == world
         if layer.role != "block":
             sp = "none"  # sequence parallelism shards the blocks' hidden states
         placements = {}
@@ -82,14 +89,16 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test"):
                 _OPTIONS[key] = solve_intra_layer(mg, layer, tp, sp, cm, decomposed=decompose_layer(mg, layer),
                                                   shard_params=True)
             placements = _OPTIONS[key].placements
-        layers.append(LayerPlan(name=layer.name, kind=layer.kind, role=layer.role, stage=0,
-                                strategy=LayerStrategy(tp=tp, sp=sp, recompute=rc), dp=dp, placements=placements,
-                                predicted=LayerPrediction(fwd_s=0.0, bwd_s=0.0)))
-    return ParallelPlan(model=name, graph_hash=graph_hash(mg), cluster_hash="c" * 64, world_size=world, pp=1,
-                        num_microbatches=m, schedule="1f1b", global_batch_size=gbs,
-                        micro_batch_size=gbs // m // max(d for d, *_ in spec), stage_boundaries=(0,),
-                        stage_ranks=(tuple(range(world)),), layers=tuple(layers),
-                        predicted=PlanPrediction(step_time_s=0.0, throughput_samples_s=0.0, peak_memory_bytes=(0,),
+        layers.append(LayerPlan(name=layer.name, kind=layer.kind, role=layer.role, stage=chunk_of[i] % pp,
+                                strategy=LayerStrategy(tp=tp, sp=sp, recompute=rc, dp_type=(dpt or ["ddp"])[0]),
+                                dp=dp, placements=placements, predicted=LayerPrediction(fwd_s=0.0, bwd_s=0.0)))
+    k = world // pp
+    return ParallelPlan(model=name, graph_hash=graph_hash(mg), cluster_hash="c" * 64, world_size=world, pp=pp,
+                        num_microbatches=m, schedule=schedule, global_batch_size=gbs,
+                        virtual_stages=len(boundaries) // pp,
+                        micro_batch_size=gbs // m // max(d for d, *_ in spec), stage_boundaries=tuple(boundaries),
+                        stage_ranks=tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp)), layers=tuple(layers),
+                        predicted=PlanPrediction(step_time_s=0.0, throughput_samples_s=0.0, peak_memory_bytes=(0,) * pp,
                                                  memory_budget_bytes=0),
                         solver_stats={"search_s": 0.0})
 

@@ -1,0 +1,301 @@
+"""``PipelineModule`` — a pipelined plan (``pp > 1``) run by ``torch.distributed.pipelining``.
+
+Contract: built on every rank of an initialised process group of the plan's world size from the
+user's model, its :class:`~galvatron_fx.ir.graph.ModelGraph` captured at the per-micro-batch
+global shape, and a plan whose stages are contiguous rank blocks (``stage_ranks[s] ==
+range(s·k, (s+1)·k)``, as the planner makes them). ``train_step(batch, optimizer)`` takes the
+whole global batch (full tensors, identical on every rank; only the first stage reads them) and
+returns the mean loss on every rank, like :meth:`ParallelModule.train_step`.
+
+Terms: chunk ``c`` holds layers ``plan.chunk_layers()[c]`` and runs on stage ``c % pp`` (one
+chunk per stage, or ``virtual_stages`` of them under interleaved 1F1B). A *crossing* value at a
+boundary ``b`` is one made before layer ``b`` (or a user input) and read at or after it; a chunk
+takes the values crossing its start and returns those crossing its end (the last chunk returns
+the loss).
+
+Algorithm:
+
+* Meshes: for every ``(dp, tp)`` shape the plan uses, one ``(pp, dp, tp)`` world mesh
+  (``init_device_mesh`` on every rank, in the same order); a stage's layers use its ``(dp, tp)``
+  sub-mesh, and the ``pp`` sub-mesh's group (the ranks with this rank's coordinate in every
+  stage) carries the stage-to-stage sends.
+* Each chunk is a :class:`~galvatron_fx.runtime.parallel_module.ParallelModule` over its layers
+  (``layers=``, ``meshes=``), wrapped by :class:`_Chunk`, whose forward takes and returns plain
+  local tensors, as ``PipelineStage`` sends them: a user input travels whole; an activation is
+  sent in a *canonical* layout on the producer's ``(dp, tp)`` shape — ``(Shard(0), Replicate)``
+  for a batch activation (a value one layer reads), ``(Replicate, Replicate)`` for a value many
+  layers read — so rank ``i`` of the next stage rebuilds the same DTensor on its own
+  same-shaped mesh with ``from_local`` and reshards it to what its reader wants. Both sides
+  derive the layout from the plan and the graph; nothing about layouts is sent.
+* Schedules: ``gpipe`` → ``ScheduleGPipe``, ``1f1b`` → ``Schedule1F1B``, ``interleaved_1f1b`` →
+  ``ScheduleInterleaved1F1B`` over this rank's chunks; the loss function divides by the number
+  of micro-batches (``scale_grads=False``), as ``ParallelModule.train_step`` does.
+* Gradients: after the schedule, each chunk syncs its own (dp buckets, FSDP, tied copies inside
+  the chunk); a weight tied across chunks (an embedding and its head) is summed over the ``pp``
+  group as full tensors and written back to every copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.runtime.parallel_module import ParallelModule
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PipelineModule"]
+
+R = Replicate()
+
+
+def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], DeviceMesh], dist.ProcessGroup]:
+    """This rank's stage, its ``(dp, tp)`` meshes and its ``pp`` group (see module doc)."""
+    pp, world = plan.pp, dist.get_world_size()
+    k = world // pp
+    if any(tuple(r) != tuple(range(s * k, (s + 1) * k)) for s, r in enumerate(plan.stage_ranks)):
+        raise PlanError(f"stage_ranks {[list(r) for r in plan.stage_ranks]} are not contiguous blocks of {k} ranks; "
+                        "the pipeline runtime needs stage s on ranks s*k .. (s+1)*k-1: re-plan")
+    rank = dist.get_rank()
+    meshes: dict[tuple[int, int], DeviceMesh] = {}
+    pp_group = None
+    for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}):
+        if dp * tp != k:
+            raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
+        m3 = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        meshes[(dp, tp)] = m3["dp", "tp"]
+        pp_group = pp_group or m3["pp"].get_group()
+    return rank // k, meshes, pp_group
+
+
+class _Chunk(nn.Module):
+    """One pipeline chunk: local tensors in, local tensors out (see module doc)."""
+
+    def __init__(self, body: ParallelModule, in_names: list[str], out_names: list[str], layout: dict,
+                 is_last: bool):
+        super().__init__()
+        self.body = body
+        self.in_names, self.out_names = in_names, out_names
+        self.layout = layout  # value -> ((dp, tp) of its producer, canonical placements, shape)
+        self.is_last = is_last
+        self.loss_spec = None  # (mesh, placements) of the loss, on the last chunk
+
+    def forward(self, *xs: torch.Tensor):
+        env: dict[str, object] = {}
+        for name, x in zip(self.in_names, xs):
+            if name not in self.layout:  # a user input, whole
+                env[name] = x
+                continue
+            shape_dp_tp, placements, shape = self.layout[name]
+            env[name] = DTensor.from_local(x, self.body.mesh(*shape_dp_tp), placements, run_check=False,
+                                           shape=shape, stride=_contiguous_stride(shape))
+        self.body.run_layers(env)
+        if self.is_last:
+            (loss,) = [env[n] for n in self.out_names]
+            if isinstance(loss, DTensor):
+                self.loss_spec = (loss.device_mesh, tuple(loss.placements))
+                loss = loss.to_local()
+            return loss.reshape(1)  # the schedule concatenates outputs along dim 0
+        outs = []
+        for name in self.out_names:
+            v = env[name]
+            if name in self.layout:
+                _, placements, _ = self.layout[name]
+                if tuple(v.placements) != placements:
+                    v = v.redistribute(v.device_mesh, placements)
+                v = v.to_local()
+            outs.append(v)
+        return tuple(outs)
+
+
+def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for d in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(stride))
+
+
+class PipelineModule(nn.Module):
+    """The pipelined plan on this rank (see module doc)."""
+
+    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None):
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+        if plan.pp < 2:
+            raise PlanError("PipelineModule runs pipelined plans (pp > 1); use ParallelModule for pp == 1")
+        if dist.get_world_size() != plan.world_size:
+            raise PlanError(f"plan for world size {plan.world_size}, this job has {dist.get_world_size()}")
+        self.plan, self.mg = plan, mg
+        self.stage, meshes, self.pp_group = _stage_meshes(plan)
+        pp, m = plan.pp, plan.num_microbatches
+        chunks = plan.chunk_layers()
+        mine = [c for c in range(len(chunks)) if c % pp == self.stage]
+        bounds = [r.start for r in chunks] + [len(mg.layers)]
+        crossing = self._crossing(bounds)
+        layout = self._layout()
+        self.chunks = nn.ModuleList()
+        stages = []
+        for c in mine:
+            body = ParallelModule(model, mg, plan, cost_model=cost_model, layers=chunks[c], meshes=meshes)
+            last = c == len(chunks) - 1
+            outs = list(mg.output_names) if last else crossing[c + 1]
+            chunk = _Chunk(body, crossing[c], outs, layout, last)
+            self.chunks.append(chunk)
+            # static shapes: no inference forward on uninitialised tensors (integer inputs such
+            # as targets would hold garbage)
+            ins = tuple(self._example(n, layout) for n in crossing[c])
+            outs_ex = (torch.empty(1, requires_grad=True),) if last else tuple(self._example(n, layout) for n in outs)
+            stages.append(PipelineStage(chunk, c, len(chunks), torch.device("cpu"), input_args=ins,
+                                        output_args=outs_ex, group=self.pp_group))
+        self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
+        self._first = self.stage == 0
+
+        def loss_fn(out, _target):
+            return out.sum() / m
+
+        if plan.schedule == "interleaved_1f1b":
+            self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
+        else:
+            cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[plan.schedule]
+            (stage,) = stages
+            self.schedule = cls(stage, m, loss_fn=loss_fn, scale_grads=False)
+        self._cross_tied = self._cross_chunk_ties()
+        self.num_microbatches = m
+
+    # ---- structure --------------------------------------------------------------------------
+    def _example(self, name: str, layout: dict) -> torch.Tensor:
+        """An empty tensor shaped as value ``name`` travels (a user input whole, an activation
+        as its canonical local shard)."""
+        val = self.mg.nodes_by_name()[name].meta["val"]
+        shape = list(val.shape)
+        if name in layout:
+            (dp, _tp), placements, _ = layout[name]
+            if isinstance(placements[0], Shard):
+                shape[0] //= dp
+        return torch.empty(shape, dtype=val.dtype, requires_grad=val.dtype.is_floating_point)
+
+    def _crossing(self, bounds: list[int]) -> list[list[str]]:
+        """Per chunk start (and the end), the values crossing it, user inputs first."""
+        mg = self.mg
+        buffers = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
+        producer = {n: -1 for n in mg.input_names}
+        order = list(mg.input_names)
+        for i, layer in enumerate(mg.layers):
+            for n in layer.output_names:
+                producer.setdefault(n, i)
+                order.append(n)
+        last_reader: dict[str, int] = {}
+        for i, layer in enumerate(mg.layers):
+            for n in layer.input_names:
+                if n not in buffers:
+                    last_reader[n] = i
+        return [[n for n in dict.fromkeys(order) if producer[n] < b <= last_reader.get(n, -1)] for b in bounds]
+
+    def _layout(self) -> dict[str, tuple]:
+        """Layer outputs -> (producer's (dp, tp), canonical placements, global shape)."""
+        mg, plan = self.mg, self.plan
+        by_name = mg.nodes_by_name()
+        readers: dict[str, int] = {}
+        for layer in mg.layers:
+            for n in layer.input_names:
+                readers[n] = readers.get(n, 0) + 1
+        out = {}
+        for i, layer in enumerate(mg.layers):
+            lp = plan.layers[i]
+            for n in layer.output_names:
+                val = by_name[n].meta["val"]
+                batch = val.ndim >= 1 and val.is_floating_point() and readers.get(n, 0) == 1
+                out[n] = ((lp.dp, lp.strategy.tp), (Shard(0) if batch else R, R), tuple(val.shape))
+        return out
+
+    def _cross_chunk_ties(self) -> list[tuple[str, tuple[int, ...], list[tuple]]]:
+        """Weights read by layers of several chunks: (fqn, shape, this rank's copies)."""
+        chunk_of = {i: c for c, r in enumerate(self.plan.chunk_layers()) for i in r}
+        index = {layer.name: i for i, layer in enumerate(self.mg.layers)}
+        out = []
+        for fqn, info in sorted(self.mg.params.items()):
+            if info.is_buffer or len({chunk_of[index[name]] for name in info.layers}) < 2:
+                continue
+            copies = []
+            for ch in self.chunks:
+                hits = [(ex, k) for ex in ch.body.executors for k, f in ex.fqn_of_key.items() if f == fqn]
+                copies.append(hits)
+            out.append((fqn, tuple(info.shape), copies))
+        return out
+
+    # ---- training ---------------------------------------------------------------------------
+    def forward(self, *inputs):
+        raise PlanError("a pipelined module runs whole steps: call train_step(batch, optimizer)")
+
+    def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None) -> float:
+        """One step on a global batch (full tensors on every rank): the schedule's forward and
+        backward over ``num_microbatches`` micro-batches, gradient sync, ``optimizer.step()`` and
+        ``zero_grad()`` (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the
+        mean loss on every rank."""
+        losses: list[torch.Tensor] = []
+        args = tuple(batch) if self._first else ()
+        if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
+            self.schedule.step(*args, target=torch.zeros(self.num_microbatches), losses=losses)
+        else:
+            self.schedule.step(*args)
+        self.sync_grads()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return self._mean_loss(losses)
+
+    @torch.no_grad()
+    def sync_grads(self) -> None:
+        """Each chunk's own sync, then weights tied across chunks summed over the pp group."""
+        for ch in self.chunks:
+            ch.body.sync_grads()
+        for fqn, shape, copies in self._cross_tied:
+            total = torch.zeros(shape)
+            for hits in copies:  # a chunk's copies are equal after its own sync: count one
+                grads = [g for g in (ex.full_grad(k) for ex, k in hits) if g is not None]
+                if grads:
+                    total += grads[0]
+            dist.all_reduce(total, group=self.pp_group)
+            for hits in copies:
+                for ex, k in hits:
+                    ex.set_full_grad(k, total)
+
+    def _mean_loss(self, losses: list[torch.Tensor]) -> float:
+        """The global mean loss, on every rank: the last stage reduces its (dp-partial) sum, and
+        its first rank shares it with the world."""
+        value = torch.zeros(())
+        if self._last is not None and losses:
+            total = torch.stack([x.detach() for x in losses]).sum()
+            mesh, placements = self._last.loss_spec or (None, None)
+            if mesh is not None:
+                total = DTensor.from_local(total, mesh, placements, run_check=False).full_tensor()
+            if dist.get_rank() == self.plan.stage_ranks[-1][0]:
+                value = total
+        dist.all_reduce(value)
+        return value.item()
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+        """Full tensors keyed by the user's FQNs, gathered from every stage (on every rank)."""
+        mine: dict[str, torch.Tensor] = {}
+        for ch in self.chunks:
+            for fqn, t in ch.body.state_dict().items():
+                mine.setdefault(fqn, t)
+        parts: list[dict] = [None] * dist.get_world_size(self.pp_group)
+        dist.all_gather_object(parts, mine, group=self.pp_group)
+        out: dict[str, torch.Tensor] = {}
+        for part in parts:
+            for fqn, t in part.items():
+                out.setdefault(fqn, t)
+        return out
