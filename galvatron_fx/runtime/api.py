@@ -53,20 +53,23 @@ def check_same_plan(plan: ParallelPlan) -> None:
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *, loss_fn=None,
             global_batch_size: int, memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
             search=None) -> ParallelModule:  # noqa: A001 (the public name, DESIGN §6)
-    """Plan ``model`` for ``cluster`` (or use ``plan``) and return the :class:`ParallelModule`
-    that runs it on this rank (see module doc)."""
+    """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
+    this rank: a :class:`ParallelModule`, or a
+    :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
+
+    ``loss_fn(output, target)``: for a model that does not return its loss; the last of
+    ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
+    model is called with the others."""
     import galvatron_fx as gfx
 
     if not (dist.is_available() and dist.is_initialized()):
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
-    if loss_fn is not None:
-        raise NotImplementedError("compile(loss_fn=...) is not supported yet: make the model return its loss")
     world = dist.get_world_size()
     example_inputs = tuple(example_inputs)
     if plan is None:
-        mg0 = gfx.capture(model, example_inputs)
+        mg0 = gfx.capture(model, example_inputs, loss_fn)
         plan = gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
                         search=search)
     if plan.world_size != world:  # every rank sees the same sizes: all raise, none waits
@@ -78,5 +81,9 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
     micro = plan.global_batch_size // plan.num_microbatches
-    mg = gfx.capture(model, tuple(_resize(x, micro) for x in example_inputs))
+    mg = gfx.capture(model, tuple(_resize(x, micro) for x in example_inputs), loss_fn)
+    if plan.pp > 1:
+        from galvatron_fx.runtime.pipeline import PipelineModule
+
+        return PipelineModule(model, mg, plan)
     return ParallelModule(model, mg, plan)

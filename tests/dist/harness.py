@@ -7,6 +7,7 @@ spawn reports every failure; ``assert_ok`` turns a recorded error into a test fa
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -32,7 +33,9 @@ def init_gloo(rank: int, world: int, port: int) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a rank that fails mid-collective must not leave the others waiting for gloo's 30 minutes
+    timeout = datetime.timedelta(seconds=int(os.environ.get("GFX_TEST_PG_TIMEOUT", "300")))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
 
 
 def run_jobs(rank: int, tmp: str, jobs: Iterable[tuple[str, Callable[[], dict]]], *, only_env: str | None = None) -> None:

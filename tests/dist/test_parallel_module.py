@@ -326,6 +326,75 @@ def _errors_case(world: int, cache: dict) -> dict:
     return out
 
 
+def _compile_more_case(world: int, cache: dict) -> dict:
+    """compile(loss_fn=...) on a model that returns outputs; compile of a pipelined plan."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    import galvatron_fx as gfx
+    from galvatron_fx.runtime.api import compile as gfx_compile
+
+    class Block(nn.Module):
+        def __init__(self, d: int):
+            super().__init__()
+            self.fc, self.proj = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+        def forward(self, h):
+            return h + self.proj(torch.nn.functional.gelu(self.fc(h)))
+
+    class Net(nn.Module):  # returns predictions, not a loss
+        def __init__(self):
+            super().__init__()
+            self.inp, self.out = nn.Linear(16, 32), nn.Linear(32, 8)
+            self.blocks = nn.ModuleList(Block(32) for _ in range(3))
+
+        def forward(self, x):
+            h = self.inp(x)
+            for b in self.blocks:
+                h = b(h)
+            return self.out(h)
+
+    def mse(pred, target):
+        return torch.nn.functional.mse_loss(pred, target)
+
+    out = {}
+    torch.manual_seed(0)
+    net = Net()
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(8, 16, generator=g), torch.randn(8, 8, generator=g)) for _ in range(3)]
+    pm = gfx_compile(copy.deepcopy(net), gfx.Cluster.local_cpu(world), data[0], loss_fn=mse, global_batch_size=8,
+                     search={"pp": (1,)})
+    ref = copy.deepcopy(net)
+    opt, ref_opt = torch.optim.AdamW(pm.parameters(), lr=1e-3), torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    m = pm.plan.num_microbatches
+    errs = []
+    for x, y in data:
+        got = pm.train_step((x, y), opt)
+        want = 0.0
+        for i in range(m):
+            loss = mse(ref(x.chunk(m)[i]), y.chunk(m)[i])
+            (loss / m).backward()
+            want += loss.item() / m
+        ref_opt.step()
+        ref_opt.zero_grad()
+        errs.append(abs(got - want))
+    out["loss_fn_errs"] = errs
+    # a pipelined plan from the planner
+    model, mg, inputs = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
+    pm = gfx_compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), inputs, global_batch_size=8,
+                     search={"pp": (2,)})
+    out["pp_type"] = type(pm).__name__
+    out["pp"] = pm.plan.pp
+    batch = _batches(8, 1)[0]
+    got = pm.train_step(batch, torch.optim.AdamW(pm.parameters(), lr=1e-3))
+    m = pm.plan.num_microbatches
+    want = sum(model(*(x.chunk(m)[i] for x in batch)).item() for i in range(m)) / m
+    out["pp_loss_err"] = abs(got - want)
+    return out
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
@@ -333,6 +402,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     jobs += [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
+        jobs.append(("compile_more", lambda: _compile_more_case(world, cache)))
     run_jobs(rank, tmp, jobs, only_env="GFX_PM_ONLY")
 
 
@@ -408,6 +478,13 @@ def test_step_time_is_recorded(world2):
     assert r["pm_step_s"] > 0 and r["ref_step_s"] > 0
     print(f"train_step, world 2 dp2 gpt-tiny: ParallelModule {r['pm_step_s'] * 1e3:.1f} ms, "
           f"plain model {r['ref_step_s'] * 1e3:.1f} ms")
+
+
+def test_compile_takes_a_loss_fn_and_runs_pipelined_plans(world2):
+    r = assert_ok(world2, "compile_more")
+    assert max(r["loss_fn_errs"]) <= TOL, r["loss_fn_errs"]
+    assert r["pp_type"] == "PipelineModule" and r["pp"] == 2
+    assert r["pp_loss_err"] <= TOL, r
 
 
 def test_compile_without_process_group_says_how_to_launch():

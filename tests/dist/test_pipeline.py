@@ -1,0 +1,177 @@
+"""PipelineModule on real gloo ranks: pipelined plans train like the single-process model.
+
+Spawned once per world size; every rank runs every case. Per case: the mean loss of each of
+``STEPS`` AdamW steps, every gradient this rank holds after the first step's backward (full
+tensors, against the plain model's), and all parameters after the last step, against the plain
+model trained on the same batches (fp32). World 8 (pp2 × dp2 × tp2) is marked slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import assert_ok, init_gloo, run_jobs, spawn
+from test_parallel_module import PARAM_TOL, STEPS, TOL, _batches, build, make_plan
+
+Z3 = (2, 1, "none", "none", "zero3")
+Z2 = (2, 1, "none", "none", "zero2")
+DP = (2, 1, "none", "none")
+
+# name -> (model, global batch, micro-batches, schedule, chunk starts, per-layer spec or one spec)
+# gpt-tiny's layers: embedding, blocks.0-3, head, loss
+CASES = {
+    2: {
+        "pp2-1f1b": ("gpt-tiny", 8, 4, "1f1b", (0, 4), (1, 1, "none", "none")),
+        "pp2-gpipe-recompute": ("gpt-tiny", 8, 2, "gpipe", (0, 3), (1, 1, "none", "full")),
+        "pp2-interleaved": ("gpt-tiny", 8, 4, "interleaved_1f1b", (0, 2, 4, 6), (1, 1, "none", "none")),
+        "llama-pp2-1f1b": ("llama-tiny", 4, 2, "1f1b", (0, 3), (1, 1, "none", "none")),
+    },
+    4: {
+        "pp2dp2-mixed-zero": ("gpt-tiny", 8, 2, "1f1b", (0, 4), [DP, Z3, Z2, (2, 1, "none", "full"), DP, Z3, DP]),
+        "pp2tp2-sp": ("gpt-tiny", 4, 2, "1f1b", (0, 4), (1, 2, "megatron", "none")),
+    },
+    8: {
+        "pp2dp2tp2": ("gpt-tiny", 8, 2, "1f1b", (0, 4), [(2, 2, "none", "none"), (2, 2, "none", "none", "zero3"),
+                                                          (2, 2, "megatron", "none"), (4, 1, "none", "none"),
+                                                          (2, 2, "none", "full"), (2, 2, "none", "none"),
+                                                          (4, 1, "none", "none")]),
+    },
+}
+
+
+def _case(key: str, world: int, cache: dict) -> dict:
+    import copy
+
+    import torch
+
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    name, gbs, m, schedule, bounds, spec = CASES[world][key]
+    if (name, gbs // m) not in cache:
+        cache[(name, gbs // m)] = build(name, gbs // m)
+    model, mg, _ = cache[(name, gbs // m)]
+    plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key, pp=2, boundaries=bounds, schedule=schedule)
+    pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    ref = copy.deepcopy(model)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    res: dict = {"loss_errs": [], "losses": []}
+    for step, batch in enumerate(_batches(gbs, STEPS)):
+        total = 0.0
+        for i in range(m):
+            loss = ref(*(x.chunk(m)[i] for x in batch))
+            (loss / m).backward()
+            total += loss.item()
+        if step == 0:  # gradients first, then the same step's update
+            got = pm.train_step(batch, None)
+            ref_grads = {k: p.grad for k, p in ref.named_parameters()}
+            errs, held = {}, set()
+            for ch in pm.chunks:
+                for ex in ch.body.executors:
+                    for k, fqn in ex.fqn_of_key.items():
+                        g = ex.full_grad(k)
+                        if g is not None:
+                            held.add(fqn)
+                            errs[fqn] = max(errs.get(fqn, 0.0), (g - ref_grads[fqn]).abs().max().item())
+            res["grad_err"] = max(errs.values())
+            res["grad_err_at"] = max(errs, key=errs.get)
+            res["grads_held"] = sorted(held)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        else:
+            got = pm.train_step(batch, opt)
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        res["losses"].append(got)
+        res["loss_errs"].append(abs(got - total / m))
+    state = pm.state_dict()
+    ref_state = ref.state_dict()
+    res["missing_keys"] = sorted(set(ref_state) - set(state))
+    diffs = {k: (state[k] - v).abs().max().item() for k, v in ref_state.items() if k in state}
+    res["param_err"] = max(diffs.values())
+    res["param_err_at"] = max(diffs, key=diffs.get)
+    res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_state.items()
+                             if v.is_floating_point())
+    res["stage"] = pm.stage
+    res["chunks"] = len(pm.chunks)
+    return res
+
+
+def _errors_case(world: int, cache: dict) -> dict:
+    """A plan whose stages are not contiguous rank blocks is refused on every rank."""
+    import dataclasses
+
+    from galvatron_fx.errors import PlanError
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    model, mg, _ = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
+    plan = make_plan(mg, world, (1, 1, "none", "none"), gbs=8, m=2, pp=2, boundaries=(0, 4))
+    swapped = dataclasses.replace(plan, stage_ranks=tuple(reversed(plan.stage_ranks)))
+    try:
+        PipelineModule(model, mg, swapped)
+    except PlanError as e:
+        return {"error_text": str(e)}
+    return {"error_text": ""}
+
+
+def _worker(rank: int, world: int, port: int, tmp: str) -> None:
+    init_gloo(rank, world, port)
+    cache: dict = {}
+    jobs = [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
+    if world == 2:
+        jobs.append(("errors", lambda: _errors_case(world, cache)))
+    run_jobs(rank, tmp, jobs, only_env="GFX_PP_ONLY")
+
+
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory) -> dict:
+    return spawn(_worker, 2, tmp_path_factory.mktemp("pp2"))
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory) -> dict:
+    return spawn(_worker, 4, tmp_path_factory.mktemp("pp4"))
+
+
+@pytest.fixture(scope="module")
+def world8(tmp_path_factory) -> dict:
+    return spawn(_worker, 8, tmp_path_factory.mktemp("pp8"))
+
+
+def _check(results: dict, key: str, world: int) -> None:
+    r = assert_ok(results, key)
+    for rank, by_case in results.items():
+        c = by_case[key]
+        assert c["stage"] == rank // (world // 2)
+        assert max(c["loss_errs"]) <= TOL, f"rank {rank}: losses differ by {c['loss_errs']}"
+        assert c["grad_err"] <= TOL, f"rank {rank}: gradients differ by {c['grad_err']} at {c['grad_err_at']}"
+        assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters differ by {c['param_err']} at {c['param_err_at']}"
+        assert c["missing_keys"] == [], f"state_dict lacks {c['missing_keys']}"
+    # every parameter's gradient is held by some stage
+    held = set().union(*(set(by_case[key]["grads_held"]) for by_case in results.values()))
+    assert any(k.startswith("blocks.0") for k in held) and any(k.startswith("blocks.3") for k in held)
+    assert set(results[0][key]["grads_held"]) != held, "stage 0 holds every parameter: no pipeline split"
+    assert r["param_moved"] > 10 * PARAM_TOL, "the optimizer did not move the parameters: the test cannot fail"
+
+
+@pytest.mark.parametrize("key", list(CASES[2]))
+def test_world2_pipeline_trains_like_one_process(world2, key):
+    _check(world2, key, 2)
+    if "interleaved" in key:
+        assert world2[0][key]["chunks"] == 2
+
+
+@pytest.mark.parametrize("key", list(CASES[4]))
+def test_world4_pipeline_trains_like_one_process(world4, key):
+    _check(world4, key, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", list(CASES[8]))
+def test_world8_pipeline_trains_like_one_process(world8, key):
+    _check(world8, key, 8)
+
+
+def test_non_contiguous_stages_are_refused(world2):
+    for rank in world2:
+        text = assert_ok({0: world2[rank]}, "errors")["error_text"]
+        assert "contiguous" in text and "re-plan" in text
