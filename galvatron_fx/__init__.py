@@ -8,6 +8,7 @@ from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, Par
 from galvatron_fx.runtime.api import compile
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.planner import plan
+from galvatron_fx import backend  # registers torch.compile(..., backend="galvatron_fx")
 
 __version__ = "0.1.0"
 

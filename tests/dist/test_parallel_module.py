@@ -39,6 +39,19 @@ CASES = {
                                      (2, 2, "megatron", "none"),  # blocks.3
                                      (1, 4, "none", "none"),      # head
                                      (2, 2, "none", "none")]),    # loss
+        "llama-dp2tp2-sp-zero3": ("llama-tiny", 4, 1, (2, 2, "megatron", "none", "zero3")),
+        "llama-dp2tp2-selective": ("llama-tiny", 4, 1, (2, 2, "none", "selective")),
+        "gpt-tp4-ulysses": ("gpt-tiny", 4, 1, (1, 4, "ulysses", "none")),
+    },
+    8: {  # slow
+        "mixed8": ("gpt-tiny", 8, 2, [(8, 1, "none", "none"),            # embedding
+                                      (4, 2, "none", "none", "zero3"),   # blocks.0
+                                      (2, 4, "megatron", "none"),        # blocks.1
+                                      (8, 1, "none", "full", "zero2"),   # blocks.2
+                                      (2, 4, "none", "selective"),       # blocks.3
+                                      (4, 2, "none", "none"),            # head
+                                      (8, 1, "none", "none")]),          # loss
+        "llama-dp4tp2-zero2": ("llama-tiny", 8, 1, (4, 2, "megatron", "none", "zero2")),
     },
 }
 TIMED = "dp2"
@@ -398,7 +411,7 @@ def _compile_more_case(world: int, cache: dict) -> dict:
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
-    jobs = [("reshard", lambda: _reshard_case(world)), ("buckets", lambda: _buckets_case(world))]
+    jobs = [("reshard", lambda: _reshard_case(world)), ("buckets", lambda: _buckets_case(world))] if world <= 4 else []
     jobs += [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
@@ -455,6 +468,17 @@ def test_world2_trains_like_one_process(world2, key):
 @pytest.mark.parametrize("key", list(CASES[4]))
 def test_world4_trains_like_one_process(world4, key):
     _check_numerics(world4, key)
+
+
+@pytest.fixture(scope="module")
+def world8(tmp_path_factory) -> dict:
+    return spawn(_worker, 8, tmp_path_factory.mktemp("pm8"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", list(CASES[8]))
+def test_world8_trains_like_one_process(world8, key):
+    _check_numerics(world8, key)
 
 
 def test_executors_follow_the_saved_plan(world4):
