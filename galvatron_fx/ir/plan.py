@@ -81,7 +81,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 _REPLAN = "re-run `galvatron-fx plan` to make a new plan"
 
 

@@ -77,6 +77,7 @@ class Precision:
     gradients are reduced and kept in; AdamW keeps two ``optim_dtype`` states per parameter.
     ``fp32``: everything fp32. ``bf16``: FSDP2-style mixed precision — fp32 parameters,
     bf16 compute copies and activations, fp32 gradient reduction and optimizer states.
+    ``fp16``: the same with fp16 compute (the runtime scales the loss dynamically).
     """
 
     name: str = "fp32"
@@ -95,9 +96,13 @@ class Precision:
         return cls(name="bf16", compute_dtype="bfloat16")
 
     @classmethod
+    def fp16(cls) -> Precision:
+        return cls(name="fp16", compute_dtype="float16")
+
+    @classmethod
     def named(cls, name: str) -> Precision:
-        if name not in ("fp32", "bf16"):
-            raise ValueError(f"unknown precision {name!r}: use 'fp32' or 'bf16'")
+        if name not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"unknown precision {name!r}: use 'fp32', 'bf16' or 'fp16'")
         return getattr(cls, name)()
 
     @staticmethod

@@ -36,6 +36,20 @@ def _resize(x: torch.Tensor, batch: int) -> torch.Tensor:
     return x.repeat(reps, *([1] * (x.ndim - 1)))[:batch].clone()
 
 
+def _runtime_model(model: nn.Module, precision: str) -> nn.Module:
+    """The model to capture the runtime graph from: itself in fp32; under mixed precision a copy
+    in the compute dtype, so that the graph keeps the model's own upcasts (a norm's
+    ``x.float()`` and ``type_as(x)`` are no-ops, and vanish, when captured in fp32). The
+    executors still take the user's fp32 parameters (by name) and read them in the compute dtype."""
+    if precision == "fp32":
+        return model
+    import copy
+
+    from galvatron_fx.runtime.precision import COMPUTE_DTYPES
+
+    return copy.deepcopy(model).to(COMPUTE_DTYPES[precision])
+
+
 def check_same_plan(plan: ParallelPlan) -> None:
     """All ranks hold the same plan (all-gather of ``plan_hash()``); else ``PlanError`` on every rank."""
     mine = plan.plan_hash()
@@ -81,7 +95,8 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
     micro = plan.global_batch_size // plan.num_microbatches
-    mg = gfx.capture(model, tuple(_resize(x, micro) for x in example_inputs), loss_fn)
+    mg = gfx.capture(_runtime_model(model, plan.precision), tuple(_resize(x, micro) for x in example_inputs),
+                     loss_fn)
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule
 

@@ -304,6 +304,7 @@ class LayerExecutor(nn.Module):
             self.fqn_of_key[key] = fqn
         self.mismatches: set[str] = set()  # planned vs. DTensor's output placements, if any differ
         self.lowered = None  # the traced local-op function (see lower())
+        self.compute_dtype: torch.dtype | None = None  # mixed precision: parameters are read in this dtype
         self._local: set[str] = set()  # parameters stored as plain local shards (localize())
         # key -> (tp storage placement, global shape, global stride)
         self._meta = {k: (p.placements[1], p.shape, p.stride()) for k, p in self.params.items()}
@@ -403,9 +404,16 @@ class LayerExecutor(nn.Module):
         """The parameter ``key`` as the graph reads it: a ``(Replicate, tp)`` DTensor (a hook for
         wrappers such as FSDP's). ``local``: its local shard to read instead (:meth:`lower`)."""
         if local is None and key not in self._local:
-            return self.params[key]
+            return self._cast(self.params[key])
         tp_p, shape, stride = self._meta[key]
-        return _AsDTensor.apply(self.params[key] if local is None else local, self.mesh, tp_p, shape, stride)
+        t = self._cast(self.params[key] if local is None else local)
+        return _AsDTensor.apply(t, self.mesh, tp_p, shape, stride)
+
+    def _cast(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in the compute dtype (mixed precision: a differentiable copy, whose gradient
+        comes back in the parameter's dtype)."""
+        dtype = self.compute_dtype
+        return t if dtype is None or not t.is_floating_point() or t.dtype == dtype else t.to(dtype)
 
     def full_param(self, key: str) -> torch.Tensor:
         """Parameter ``key`` as one full tensor (a collective over the mesh)."""

@@ -52,7 +52,7 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import DataParallelMeshDims
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
@@ -63,6 +63,7 @@ from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
 from galvatron_fx.runtime.buckets import GradBucketer, all_reduce_coalesced
+from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
 
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ParallelModule", "option_from_plan"]
 
 R = Replicate()
+_MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, see ParallelModule.mesh
 
 
 def _calls(dl: DecomposedLayer) -> list[fx.Node]:
@@ -155,6 +157,8 @@ class ParallelModule(nn.Module):
                             f"{[lp.name for lp in plan.layers][:6]} vs {[l.name for l in mg.layers][:6]}; re-plan")
         self.plan = plan
         self.mg = mg
+        self.compute_dtype = COMPUTE_DTYPES[plan.precision]
+        self.scaler = LossScaler() if plan.precision == "fp16" else None
         self.layer_ids = list(range(len(mg.layers)) if layers is None else layers)
         self._ranks = tuple(plan.stage_ranks[plan.layers[self.layer_ids[0]].stage])
         self._meshes: dict[tuple[int, int], DeviceMesh] = dict(meshes or {})
@@ -183,6 +187,7 @@ class ParallelModule(nn.Module):
                 option = self._resolve(layer, dl, st, cost_model)
                 self.option_source[-1] = "re-solved"
             ex = _Executor.from_model(mg, layer, option, mesh, model, decomposed=dl)
+            ex.compute_dtype = self.compute_dtype if self.compute_dtype != torch.float32 else None
             ex.input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
@@ -202,15 +207,20 @@ class ParallelModule(nn.Module):
 
     # ---- meshes and options -------------------------------------------------------------------
     def mesh(self, dp: int, tp: int) -> DeviceMesh:
-        """The ``(dp, tp)`` mesh over the stage's ranks (one per shape)."""
+        """The ``(dp, tp)`` mesh over the stage's ranks (one per shape, shared by every module of
+        this process and process group: new meshes would make new process groups, and DTensor's
+        spec cache may hand back an earlier, equal mesh object anyway)."""
         if (dp, tp) not in self._meshes:
             if dp * tp != len(self._ranks):
                 raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover the stage's {len(self._ranks)} ranks")
-            if self._ranks == tuple(range(dist.get_world_size())):
-                mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-            else:
-                mesh = DeviceMesh("cpu", torch.tensor(self._ranks).view(dp, tp), mesh_dim_names=("dp", "tp"))
-            self._meshes[(dp, tp)] = mesh
+            key = (id(dist.group.WORLD), self._ranks, dp, tp)
+            if key not in _MESHES:
+                if self._ranks == tuple(range(dist.get_world_size())):
+                    _MESHES[key] = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+                else:
+                    _MESHES[key] = DeviceMesh("cpu", torch.tensor(self._ranks).view(dp, tp),
+                                              mesh_dim_names=("dp", "tp"))
+            self._meshes[(dp, tp)] = _MESHES[key]
         return self._meshes[(dp, tp)]
 
     def _shard(self, ex: LayerExecutor, lp) -> None:
@@ -219,14 +229,17 @@ class ParallelModule(nn.Module):
         ex.fsdp = dp_type in ("zero2", "zero3") and lp.dp > 1 and any(True for _ in ex.parameters())
         if not ex.fsdp:
             return
-        # FSDP's SPMD form wants the very mesh object the DTensor parameters hold (DTensor may
-        # hold an equal copy of ``ex.mesh``)
+        # FSDP's SPMD form wants every parameter on the very mesh object it is given (meshes are
+        # process-wide, see mesh(), so DTensor's spec cache hands back the same object)
         meshes = {id(p.device_mesh): p.device_mesh for p in ex.parameters()}
-        if len(meshes) != 1 or next(iter(meshes.values())) != ex.mesh:
-            raise PlanError(f"layer {lp.name}: its parameters are not all on the layer's (dp, tp) mesh; "
-                            "cannot shard them with FSDP")
-        fully_shard(ex, mesh=next(iter(meshes.values())), reshard_after_forward=dp_type == "zero3",
-                    dp_mesh_dims=DataParallelMeshDims(shard="dp"))
+        if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
+            raise PlanError(f"layer {lp.name}: its parameters are not all on the layer's (dp, tp) mesh "
+                            f"{ex.mesh} (found {list(meshes.values())}); cannot shard them with FSDP")
+        # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
+        mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
+            if ex.compute_dtype is not None else MixedPrecisionPolicy()
+        fully_shard(ex, mesh=ex.mesh, reshard_after_forward=dp_type == "zero3",
+                    dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
         ex.set_gradient_divide_factor(1.0)
         ex.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
 
@@ -282,6 +295,8 @@ class ParallelModule(nn.Module):
             full = self._buffers_full[self._node_fqn[name]]
         else:
             raise AssertionError(f"layer input {name} is neither a user input, a buffer nor made by an earlier layer")
+        if full.is_floating_point() and full.dtype != self.compute_dtype:
+            full = full.to(self.compute_dtype)  # mixed precision: float inputs and buffers too
         # every rank holds the same full tensor: each takes its piece, no collective
         return distribute_tensor(full, mesh, [Shard(0) if name in batched else R, tp_p], src_data_rank=None)
 
@@ -371,7 +386,8 @@ class ParallelModule(nn.Module):
     def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
         """One step on a global batch (full tensors on every rank): ``num_microbatches``
         micro-batches with accumulated grads, one dp sync, ``optimizer.step()``, ``zero_grad()``.
-        Returns the mean loss."""
+        Returns the mean loss. Under ``fp16`` the loss is scaled (:class:`LossScaler`) and a step
+        whose gradients overflow is skipped on every rank."""
         m = self.num_microbatches
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
@@ -387,10 +403,12 @@ class ParallelModule(nn.Module):
             if i == m - 1:  # dp sums overlap the last micro-batch's backward
                 for bucketer in self._bucketers.values():
                     bucketer.arm()
-            (local / m).backward()
-            total = loss.detach() if total is None else total + loss.detach()
+            scale = self.scaler.scale if self.scaler is not None else 1.0
+            (local * (scale / m)).backward()
+            total = loss.detach().float() if total is None else total + loss.detach().float()
         self.sync_grads()
-        optimizer.step()
+        if self.scaler is None or self.scaler.unscale(list(self.parameters())):
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         total = total.full_tensor() if isinstance(total, DTensor) else total
         return total.item() / m

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 __all__ = ["PipelineModule"]
 
 R = Replicate()
+_WORLD_MESHES: dict[tuple, tuple[DeviceMesh, dist.ProcessGroup]] = {}  # -> (stage mesh, pp group)
 
 
 def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], DeviceMesh], dist.ProcessGroup]:
@@ -71,9 +72,12 @@ def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], Device
     for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}):
         if dp * tp != k:
             raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
-        m3 = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-        meshes[(dp, tp)] = m3["dp", "tp"]
-        pp_group = pp_group or m3["pp"].get_group()
+        key = (id(dist.group.WORLD), pp, dp, tp)  # one per process group and shape, as ParallelModule.mesh
+        if key not in _WORLD_MESHES:
+            m3 = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+            _WORLD_MESHES[key] = (m3["dp", "tp"], m3["pp"].get_group())
+        meshes[(dp, tp)], group = _WORLD_MESHES[key]
+        pp_group = pp_group or group
     return rank // k, meshes, pp_group
 
 

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, help="global batch size (default: 8 per device)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
     p.add_argument("--memory", type=float, default=None, help="memory budget per device in GiB (default: all)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="training precision")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="bf16", help="training precision")
     p.add_argument("--max-tp", type=int, default=None, help="cap the tensor-parallel degree")
     p.add_argument("--max-pp", type=int, default=None, help="cap the pipeline degree")
     p.add_argument("--no-baselines", action="store_true", help="skip scoring the hand-written baselines")

@@ -44,7 +44,7 @@ CASES = {
         "gpt-tp4-ulysses": ("gpt-tiny", 4, 1, (1, 4, "ulysses", "none")),
     },
     8: {  # slow
-        "mixed8": ("gpt-tiny", 8, 2, [(8, 1, "none", "none"),            # embedding
+        "mixed8": ("gpt-tiny", 16, 2, [(8, 1, "none", "none"),            # embedding
                                       (4, 2, "none", "none", "zero3"),   # blocks.0
                                       (2, 4, "megatron", "none"),        # blocks.1
                                       (8, 1, "none", "full", "zero2"),   # blocks.2
@@ -109,7 +109,8 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp:
     return ParallelPlan(model=name, graph_hash=graph_hash(mg), cluster_hash="c" * 64, world_size=world, pp=pp,
                         num_microbatches=m, schedule=schedule, global_batch_size=gbs,
                         virtual_stages=len(boundaries) // pp,
-                        micro_batch_size=gbs // m // max(d for d, *_ in spec), stage_boundaries=tuple(boundaries),
+                        micro_batch_size=max(1, gbs // m // max(d for d, *_ in spec)),
+                        stage_boundaries=tuple(boundaries),
                         stage_ranks=tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp)), layers=tuple(layers),
                         predicted=PlanPrediction(step_time_s=0.0, throughput_samples_s=0.0, peak_memory_bytes=(0,) * pp,
                                                  memory_budget_bytes=0),

@@ -1,0 +1,690 @@
+"""Checkpoints that reshard: save a :class:`ParallelModule` and its optimizer under one plan and
+world size, load them under another (DESIGN §5, "Checkpoints").
+
+Contract: :func:`save` and :func:`load` are collective: every rank of the module's process group
+calls them with the same arguments (``extra``: rank 0's value is kept), on a filesystem that every
+rank sees at the same path. The optimizer is an ordinary ``torch.optim`` optimizer built over
+``pm.parameters()`` after the module, whose per-parameter state is elementwise (tensors of the
+parameter's shape, like Adam's ``exp_avg``) or scalar (``step``); it may be fresh (empty state)
+when loading. :func:`load_full_state_dict` takes full tensors, identical on every rank.
+
+Terms: a *slot* is one stored copy of a parameter, ``(executor, key)``; a tied weight read by
+two layers has two slots under one FQN (the user's name, ``ex.fqn_of_key[key]``), each in its
+own layout, kept equal. The *layout* of a slot is DTensor's: an FSDP (ZeRO-2/3) parameter is a
+DTensor sharded over dp (``Shard(0)`` or ``_StridedShard(0)``) and as planned over tp; a local
+parameter is this rank's shard of ``(Replicate on dp, tp placement)``, viewed as a DTensor with
+``DTensor.from_local(..., shape=, stride=)`` over the same storage.
+
+On disk (one directory, DCP's files plus three of ours)::
+
+    __<rank>_<i>.distcp, .metadata   DCP: ``model.<fqn>`` (each FQN once, from its first slot, as
+                                     a DTensor in its layout), ``model.<buffer fqn>`` (plain,
+                                     replicated), ``optim.<fqn>.<state>`` (elementwise state as
+                                     DTensors like the parameter; scalars such as ``step`` plain)
+    plan.json                        the plan that wrote it (``ParallelPlan.to_json``)
+    trainer_state.pt                 step, extra, the optimizer's hyper-parameters per group
+                                     (matched by FQNs on load) and non-tensor state values
+    manifest.json                    written last: format, version, world size, plan hash, step,
+                                     every other file with its size in bytes and sha256
+
+Algorithm (save): rank 0 checks the target and draws a token; every rank writes its shards with
+``dcp.save`` into the sibling ``.<name>.tmp-<token>`` and hashes its own ``__<rank>_*`` files;
+the hashes are gathered to rank 0, which writes ``plan.json``, ``trainer_state.pt`` and, last,
+``manifest.json`` (each fsynced), then swaps the directory in: ``path -> .<name>.old-<token>``,
+``tmp -> path``, removes the old one and any stale siblings of crashed saves. Until the second
+rename the previous checkpoint is untouched at ``path``; between the two renames (a window of two
+syscalls) ``path`` is missing and :func:`load` falls back to the ``.old-*`` sibling. Errors on any
+rank are gathered or broadcast, so every rank raises the same error and none waits in a
+collective.
+
+Algorithm (load): every rank reads the manifest, checks every file's size and the sha256 of its
+round-robin share of the files, reads DCP's metadata and checks it names exactly the module's
+parameters and buffers with their global shapes; the problems of all ranks are gathered, so a
+damaged checkpoint raises the same ``ConfigError`` everywhere. Missing optimizer state is created
+(zeros in the slot's layout, scalars from the metadata's dtype), then ``dcp.load`` fills every
+tensor in place: DCP's planner reads, for each local shard, the overlapping pieces of the saved
+shards, whatever plan or world size wrote them (resharding). A tied weight's later slots are
+loaded by further ``dcp.load`` calls from the same saved entry, each into its own layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import operator
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor, Replicate
+from torch.nn.modules.module import _IncompatibleKeys
+
+from galvatron_fx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from galvatron_fx.runtime.layer_exec import LayerExecutor
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+log = logging.getLogger(__name__)
+
+__all__ = ["save", "load", "load_full_state_dict", "verify", "read_manifest", "LoadedCheckpoint", "FORMAT", "VERSION"]
+
+FORMAT = "galvatron_fx.checkpoint"
+VERSION = 1
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+TRAINER = "trainer_state.pt"
+_DCP_METADATA = ".metadata"
+R = Replicate()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedCheckpoint:
+    """What :func:`load` read besides the tensors."""
+
+    path: Path  # the directory actually read (``path`` or, after a crash mid-swap, its ``.old-*``)
+    step: int | None
+    extra: Any
+    world_size: int  # of the run that saved it
+    plan_hash: str  # of the plan that saved it
+    resharded: bool  # saved under another plan or world size than the loading module's
+
+
+# ---- slots: one stored copy of a parameter ------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Slot:
+    ex: LayerExecutor
+    key: str
+    fqn: str
+    copy: int  # 0 for the first executor that holds the FQN, 1 for the next, ...
+
+    @property
+    def param(self) -> torch.Tensor:
+        return self.ex.params[self.key]
+
+    @property
+    def global_shape(self) -> tuple[int, ...]:
+        return tuple(self.ex._meta[self.key][1])
+
+
+def _slots(pm: ParallelModule) -> list[_Slot]:
+    seen: dict[str, int] = {}
+    out = []
+    for ex in pm.executors:
+        for key, fqn in ex.fqn_of_key.items():
+            out.append(_Slot(ex, key, fqn, seen.get(fqn, 0)))
+            seen[fqn] = seen.get(fqn, 0) + 1
+    return out
+
+
+def _view(slot: _Slot, t: torch.Tensor) -> DTensor:
+    """``t`` (the slot's parameter or an elementwise state tensor of it) as a DTensor in the
+    slot's layout, over the same storage (DCP reads and writes it in place)."""
+    if isinstance(t, DTensor):
+        return t.detach()
+    tp_p, shape, stride = slot.ex._meta[slot.key]
+    return DTensor.from_local(t.detach(), slot.ex.mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
+
+
+def _is_elementwise(p: torch.Tensor, v: torch.Tensor) -> bool:
+    return isinstance(v, DTensor) == isinstance(p, DTensor) and tuple(v.shape) == tuple(p.shape)
+
+
+@torch.no_grad()
+def _set_full(slot: _Slot, target: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy ``full`` (identical on every rank) into ``target``, the slot's parameter or an
+    elementwise state tensor of it, in the slot's layout. Replicate -> any placement is a local
+    slice (``redistribute``: FSDP's shards may be ``_StridedShard``), no communication."""
+    if isinstance(target, DTensor):
+        mesh, placements = target.device_mesh, tuple(target.placements)
+        local = target._local_tensor
+    else:
+        mesh, placements = slot.ex.mesh, (R, slot.ex._meta[slot.key][0])
+        local = target
+    full = full.detach().to(device=local.device, dtype=local.dtype).contiguous()
+    d = DTensor.from_local(full, mesh, [R] * mesh.ndim, run_check=False).redistribute(mesh, placements)
+    local.copy_(d.to_local())
+
+
+def _optimizer_slots(pm: ParallelModule, optimizer: torch.optim.Optimizer | None) -> dict[int, _Slot]:
+    """id(parameter) -> slot, for every parameter the optimizer holds (all must be the module's)."""
+    if optimizer is None:
+        return {}
+    by_id = {id(s.param): s for s in _slots(pm)}
+    out = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise ConfigError(f"the optimizer holds a parameter of shape {tuple(p.shape)} that is not one of this "
+                                  "ParallelModule's: build the optimizer over pm.parameters() after the ParallelModule "
+                                  "(its parameters replace the model's)")
+            out[id(p)] = by_id[id(p)]
+    return out
+
+
+def _reshard_fsdp(pm: ParallelModule) -> None:
+    """Put FSDP layers in their sharded state (a ZeRO-2 layer stays unsharded after a forward
+    without backward): their registered parameters are then the shards the optimizer steps."""
+    for ex in pm.executors:
+        if getattr(ex, "fsdp", False):
+            ex.reshard()
+
+
+# ---- collective agreement ----------------------------------------------------------------------
+
+def _agree(problem: str | None) -> None:
+    """Gather every rank's problem (None if fine); raise one ``ConfigError`` on every rank if any."""
+    problems: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(problems, problem)
+    found = list(dict.fromkeys(p for p in problems if p))
+    if found:
+        raise ConfigError(found[0] if len(found) == 1 else "; ".join(found))
+
+
+def _failure(e: dcp.CheckpointException) -> str:
+    """The first failure of a DCP exception, as ``rank r: Type: message``."""
+    for rank, failure in sorted(e.failures.items()):
+        exc = failure[0] if isinstance(failure, tuple) else failure
+        return f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return str(e).splitlines()[0]
+
+
+def _from_rank0(value: Any) -> Any:
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+# ---- files -------------------------------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        _fsync_file(path)
+    except OSError:  # some filesystems cannot fsync a directory; the renames are still ordered
+        pass
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_manifest(directory: Path, manifest: dict) -> None:
+    """The last file of a save: a directory without it is an unfinished save."""
+    _write_json(directory / MANIFEST, manifest)
+
+
+def _siblings(path: Path, kind: str) -> list[Path]:
+    return sorted(path.parent.glob(f".{path.name}.{kind}-*"))
+
+
+def _check_target(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"cannot save a checkpoint to {str(path)!r}: it is a file; choose a directory path")
+    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
+        raise ConfigError(f"refusing to replace {str(path)!r}: it is a non-empty directory without {MANIFEST}, "
+                          "so not a galvatron_fx checkpoint; choose another path or remove it")
+
+
+def _swap(tmp: Path, path: Path, token: str) -> None:
+    """Move the finished ``tmp`` to ``path``; the previous checkpoint stays whole until then."""
+    parent = path.parent
+    if path.exists():
+        old = parent / f".{path.name}.old-{token}"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        _fsync_dir(parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
+        _fsync_dir(parent)
+
+
+def _remove_stale(path: Path) -> None:
+    """Temp and old directories left by crashed saves (one writer per path is assumed)."""
+    for stale in _siblings(path, "tmp") + _siblings(path, "old"):
+        log.info("removing %s, left by an unfinished save", stale)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _resolve(path: Path) -> Path:
+    """``path``, or, when it is missing after a crash between the two renames of a save, the
+    complete previous checkpoint beside it."""
+    if path.exists():
+        return path
+    olds = [p for p in _siblings(path, "old") if (p / MANIFEST).exists()]
+    if olds:
+        old = max(olds, key=lambda p: p.stat().st_mtime)
+        log.warning("checkpoint %s is missing but %s, the previous one a save was replacing, is complete: "
+                    "loading it", path, old)
+        return old
+    return path
+
+
+# ---- verification ------------------------------------------------------------------------------
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest of the checkpoint at ``path`` (no process group needed); ``ConfigError`` if
+    it is missing, unreadable or not a galvatron_fx manifest."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"no checkpoint at {str(path)!r}: the directory does not exist; check the path")
+    m = path / MANIFEST
+    if not m.exists():
+        raise ConfigError(f"checkpoint {str(path)!r} has no {MANIFEST}: the save that wrote it did not finish "
+                          "(the manifest is written last); load an earlier checkpoint")
+    try:
+        manifest = json.loads(m.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{str(m)!r} cannot be read ({e}); the checkpoint is damaged: load an earlier one") from None
+    ok = isinstance(manifest, dict) and manifest.get("format") == FORMAT and isinstance(manifest.get("files"), dict)
+    if not ok:
+        raise ConfigError(f"{str(m)!r} is not a {FORMAT} manifest; the checkpoint is damaged or was written by "
+                          "another tool: load an earlier one")
+    if manifest.get("version") != VERSION:
+        raise ConfigError(f"{str(m)!r} has format version {manifest.get('version')}, this galvatron_fx reads version "
+                          f"{VERSION}; load it with the galvatron_fx that wrote it")
+    return manifest
+
+
+def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int, int] = (0, 1)) -> dict:
+    """Check the checkpoint at ``path`` against its manifest (no process group needed): every
+    listed file exists with its size and, when ``checksums``, its sha256 (only files ``i`` with
+    ``i % share[1] == share[0]``, so that ranks split the reading). Returns the manifest; raises
+    ``ConfigError`` naming the first bad file."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    what = "restore the directory from a copy or load an earlier checkpoint"
+    for i, (name, want) in enumerate(sorted(manifest["files"].items())):
+        f = path / name
+        if not f.exists():
+            raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} is missing (the manifest lists it); {what}")
+        size = f.stat().st_size
+        if size != want["bytes"]:
+            raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} has {size} bytes, the manifest says "
+                              f"{want['bytes']}{' (truncated)' if size < want['bytes'] else ''}; {what}")
+        if checksums and i % share[1] == share[0] and _sha256(f) != want["sha256"]:
+            raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} does not match its sha256 in the "
+                              f"manifest; {what}")
+    return manifest
+
+
+# ---- save --------------------------------------------------------------------------------------
+
+def _state_to_save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """DCP's state dict (first slots, buffers, optimizer tensors) and non-tensor state values."""
+    state: dict[str, torch.Tensor] = {}
+    firsts = {s.fqn: s for s in _slots(pm) if s.copy == 0}
+    for fqn, s in firsts.items():
+        state[f"model.{fqn}"] = _view(s, s.param)
+    for fqn, b in pm._buffers_full.items():
+        state[f"model.{fqn}"] = b.detach()
+    values: dict[str, Any] = {}
+    if optimizer is None:
+        return state, values
+    for s in _optimizer_slots(pm, optimizer).values():
+        if s.copy != 0:  # tied copies hold the same state (equal grads, equal steps)
+            continue
+        p = s.param
+        for name, v in optimizer.state.get(p, {}).items():
+            key = f"optim.{s.fqn}.{name}"
+            if not isinstance(v, torch.Tensor):
+                values[key] = v
+            elif _is_elementwise(p, v):
+                state[key] = _view(s, v)
+            elif v.ndim == 0 and not isinstance(v, DTensor):
+                state[key] = v.detach()  # identical on every rank (a step count); DCP writes it once
+            else:
+                raise ConfigError(f"optimizer state {name!r} of {s.fqn} has shape {tuple(v.shape)}, neither the "
+                                  f"parameter's local shape {tuple(p.shape)} nor a scalar: checkpoints support "
+                                  "optimizers with elementwise state (SGD, Adam, AdamW, ...)")
+    return state, values
+
+
+def _param_groups(pm: ParallelModule, optimizer: torch.optim.Optimizer | None) -> list[dict]:
+    if optimizer is None:
+        return []
+    slot_of = _optimizer_slots(pm, optimizer)
+    return [{"fqns": sorted({slot_of[id(p)].fqn for p in g["params"]}),
+             "hyper": {k: v for k, v in g.items() if k != "params"}} for g in optimizer.param_groups]
+
+
+def _check_loadable(obj: Any, what: str) -> None:
+    """``obj`` survives ``torch.save`` and ``torch.load(weights_only=True)``."""
+    try:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        buf.seek(0)
+        torch.load(buf, weights_only=True)
+    except Exception as e:  # noqa: BLE001 (pickle and torch raise several kinds)
+        raise ConfigError(f"{what} cannot be stored: it must hold only containers, numbers, strings and tensors "
+                          f"(torch.load(weights_only=True) refuses it: {str(e).splitlines()[0]}); convert it, "
+                          "e.g. a scheduler's state_dict() instead of the scheduler") from None
+
+
+def save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
+         step: int | None = None, extra: dict | None = None) -> Path:
+    """Save ``pm``'s parameters, buffers and ``optimizer``'s state to the directory ``path``,
+    atomically (see module doc); collective. ``step`` and ``extra`` (rank 0's; containers,
+    numbers, strings and tensors) come back from :func:`load`. Returns ``path``."""
+    path = Path(path).absolute()
+    rank = dist.get_rank()
+    if step is not None:
+        try:
+            step = operator.index(step)
+        except TypeError:
+            raise ConfigError(f"save(step=...) takes an int, got {type(step).__name__}") from None
+    _reshard_fsdp(pm)
+    state, values = _state_to_save(pm, optimizer)
+    trainer = {"step": step, "extra": extra, "param_groups": _param_groups(pm, optimizer), "optim_values": values}
+    problem, token = None, None
+    if rank == 0:  # the target, and what only rank 0 writes
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _check_target(path)
+            _check_loadable(trainer, "the step, extra and optimizer hyper-parameters")
+            token = uuid.uuid4().hex[:12]
+        except ConfigError as e:
+            problem = str(e)
+        except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
+            problem = f"cannot save a checkpoint to {str(path)!r}: {type(e).__name__}: {e}"
+    problem, token = _from_rank0((problem, token))
+    if problem:
+        raise ConfigError(problem)
+    tmp = path.parent / f".{path.name}.tmp-{token}"
+    try:
+        dcp.save(state, storage_writer=FileSystemWriter(tmp, single_file_per_rank=True, sync_files=True))
+    except dcp.CheckpointException as e:  # raised on every rank
+        raise ConfigError(f"saving checkpoint {str(path)!r} failed while writing the shards ({_failure(e)}); "
+                          "the previous checkpoint at that path is intact: check the disk (space, permissions) "
+                          "and save again") from None
+
+    # each rank hashes the files it wrote; rank 0 finishes
+    mine: dict[str, dict] = {}
+    problem = None
+    try:
+        mine = {f.name: _describe(f) for f in sorted(tmp.glob(f"__{rank}_*.distcp"))}
+    except OSError as e:
+        problem = f"saving checkpoint {str(path)!r} failed on rank {rank}: {e}; the previous checkpoint is intact"
+    gathered: list[tuple[dict, str | None]] = [({}, None)] * dist.get_world_size()
+    dist.all_gather_object(gathered, (mine, problem))
+    problems = [p for _, p in gathered if p]
+    if problems:
+        raise ConfigError(problems[0])
+    problem = None
+    if rank == 0:
+        try:
+            _finish(pm, tmp, path, token, trainer, {k: v for files, _ in gathered for k, v in files.items()}, step)
+        except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
+            problem = (f"saving checkpoint {str(path)!r} failed on rank 0 ({type(e).__name__}: {e}); the previous "
+                       f"checkpoint at that path is intact and {tmp.name} beside it holds the unfinished save "
+                       "(the next save removes it)")
+    problem = _from_rank0(problem)
+    if problem:
+        raise ConfigError(problem)
+    log.info("saved checkpoint %s (step %s, world size %d)", path, step, dist.get_world_size())
+    return path
+
+
+def _finish(pm: ParallelModule, tmp: Path, path: Path, token: str, trainer: dict, files: dict[str, dict],
+            step: int | None) -> None:
+    """Rank 0: the plan, the trainer state, the manifest last, then the swap."""
+    pm.plan.save(tmp / PLAN)
+    with open(tmp / TRAINER, "wb") as f:
+        torch.save(trainer, f)
+        f.flush()
+        os.fsync(f.fileno())
+    for name in (_DCP_METADATA, PLAN, TRAINER):
+        files[name] = _describe(tmp / name)
+    manifest = {"format": FORMAT, "version": VERSION, "world_size": dist.get_world_size(),
+                "plan_hash": pm.plan.plan_hash(), "plan_model": pm.plan.model, "step": step,
+                "torch_version": torch.__version__, "created_unix_s": time.time(), "files": dict(sorted(files.items()))}
+    _write_manifest(tmp, manifest)
+    _fsync_dir(tmp)
+    _swap(tmp, path, token)
+    _remove_stale(path)
+
+
+# ---- load --------------------------------------------------------------------------------------
+
+def _expected(pm: ParallelModule) -> dict[str, tuple[int, ...]]:
+    """``model.<fqn>`` -> global shape, for every parameter and buffer of the module."""
+    out = {f"model.{s.fqn}": s.global_shape for s in _slots(pm) if s.copy == 0}
+    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in pm._buffers_full.items()}
+    return out
+
+
+def _check_metadata(pm: ParallelModule, path: Path, md) -> None:
+    saved = {k: tuple(v.size) for k, v in md.state_dict_metadata.items()
+             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
+    want = _expected(pm)
+    missing = sorted(k[6:] for k in set(want) - set(saved))
+    unexpected = sorted(k[6:] for k in set(saved) - set(want))
+    if missing or unexpected:
+        raise ConfigError(f"checkpoint {str(path)!r} holds other parameters than this module: missing "
+                          f"{_names(missing)}, unexpected {_names(unexpected)}; load it into the model it was saved "
+                          "from (same FQNs), or load matching weights with load_state_dict")
+    bad = [f"{k[6:]} saved {saved[k]} vs module {want[k]}" for k in sorted(want) if saved[k] != want[k]]
+    if bad:
+        raise ConfigError(f"checkpoint {str(path)!r} has other shapes than this module: {'; '.join(bad[:5])}"
+                          f"{' ...' if len(bad) > 5 else ''}; load it into the model configuration it was saved from")
+
+
+def _names(names: list[str], limit: int = 8) -> str:
+    if not names:
+        return "none"
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _prepare_optimizer_state(pm: ParallelModule, optimizer: torch.optim.Optimizer, md) -> None:
+    """Create the optimizer state entries the checkpoint holds and the optimizer lacks: zeros in
+    the parameter's layout (elementwise) or scalars, of the saved dtype; DCP fills them."""
+    saved = md.state_dict_metadata
+    for s in _optimizer_slots(pm, optimizer).values():
+        p = s.param
+        prefix = f"optim.{s.fqn}."
+        names = [k[len(prefix):] for k in saved if k.startswith(prefix) and "." not in k[len(prefix):]]
+        if not names:
+            continue
+        st = optimizer.state[p]  # a defaultdict: creates the entry
+        for name in names:
+            tmd = saved[prefix + name]
+            if not isinstance(tmd, TensorStorageMetadata):
+                continue
+            if tuple(tmd.size) == s.global_shape:
+                have = st.get(name)
+                if not (isinstance(have, torch.Tensor) and _is_elementwise(p, have)):
+                    st[name] = torch.zeros_like(p.detach(), dtype=tmd.properties.dtype)
+            elif len(tmd.size) == 0:
+                if not isinstance(st.get(name), torch.Tensor):
+                    st[name] = torch.zeros((), dtype=tmd.properties.dtype)
+            else:
+                raise ConfigError(f"optimizer state {name!r} of {s.fqn} was saved with shape {tuple(tmd.size)}, "
+                                  f"neither the parameter's {s.global_shape} nor a scalar; the checkpoint is not "
+                                  "loadable into this module")
+
+
+def _state_to_load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, md, copy: int
+                   ) -> dict[str, torch.Tensor]:
+    """DCP's state dict of every slot number ``copy`` (and, for copy 0, the buffers)."""
+    state: dict[str, torch.Tensor] = {}
+    for s in _slots(pm):
+        if s.copy == copy:
+            state[f"model.{s.fqn}"] = _view(s, s.param)
+    if copy == 0:
+        for fqn, b in pm._buffers_full.items():
+            state[f"model.{fqn}"] = b
+    if optimizer is None:
+        return state
+    saved = md.state_dict_metadata
+    for s in _optimizer_slots(pm, optimizer).values():
+        if s.copy != copy:
+            continue
+        for name, v in optimizer.state.get(s.param, {}).items():
+            key = f"optim.{s.fqn}.{name}"
+            if key not in saved or not isinstance(v, torch.Tensor):
+                continue
+            state[key] = _view(s, v) if _is_elementwise(s.param, v) else v
+    return state
+
+
+@torch.no_grad()
+def load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
+         checksums: bool = True) -> LoadedCheckpoint:
+    """Load the checkpoint at ``path`` into ``pm`` (its current plan and world size, whatever
+    saved it) and ``optimizer`` (may be fresh; its hyper-parameters are restored per group, as
+    ``Optimizer.load_state_dict`` does); collective. ``checksums``: verify every file's sha256 (the
+    ranks split the reading); sizes are always checked. Raises ``ConfigError`` on every rank, with
+    the module untouched, if the checkpoint is incomplete, damaged or for other parameters."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    where = _resolve(Path(path).absolute())
+    problem, manifest, md, trainer = None, None, None, None
+    try:
+        manifest = verify(where, checksums=checksums, share=(rank, world))
+        md = FileSystemReader(where).read_metadata()
+        _check_metadata(pm, where, md)
+        trainer = torch.load(where / TRAINER, weights_only=True)
+    except ConfigError as e:
+        problem = str(e)
+    except Exception as e:  # noqa: BLE001 (an unreadable file must not leave the other ranks waiting)
+        problem = (f"checkpoint {str(where)!r} cannot be read on rank {rank} ({type(e).__name__}: {e}); "
+                   "the checkpoint is damaged: load an earlier one")
+    _agree(problem)
+
+    _reshard_fsdp(pm)
+    slot_of = _optimizer_slots(pm, optimizer)
+    if optimizer is not None:
+        _prepare_optimizer_state(pm, optimizer, md)
+    copies = 1 + max((s.copy for s in _slots(pm)), default=0)
+    reader = FileSystemReader(where)
+    try:
+        for c in range(copies):
+            dcp.load(_state_to_load(pm, optimizer, md, c), storage_reader=reader)
+    except dcp.CheckpointException as e:  # raised on every rank
+        raise ConfigError(f"loading checkpoint {str(where)!r} failed while reading the shards ({_failure(e)}); "
+                          "the module may be partly loaded: load it again, or an earlier checkpoint") from None
+
+    if optimizer is not None:
+        _restore_hyper(optimizer, slot_of, trainer.get("param_groups", []))
+        by_fqn: dict[str, list[_Slot]] = {}
+        for s in slot_of.values():
+            by_fqn.setdefault(s.fqn, []).append(s)
+        for key, v in trainer.get("optim_values", {}).items():  # non-tensor state, every copy
+            fqn, name = key.removeprefix("optim.").rsplit(".", 1)
+            for s in by_fqn.get(fqn, []):
+                optimizer.state[s.param][name] = v
+    resharded = manifest["plan_hash"] != pm.plan.plan_hash() or manifest["world_size"] != world
+    log.info("loaded checkpoint %s (step %s) saved at world size %d%s", where, manifest.get("step"),
+             manifest["world_size"], ", resharded to this plan" if resharded else "")
+    return LoadedCheckpoint(path=where, step=trainer.get("step"), extra=trainer.get("extra"),
+                            world_size=manifest["world_size"], plan_hash=manifest["plan_hash"], resharded=resharded)
+
+
+def _restore_hyper(optimizer: torch.optim.Optimizer, slot_of: dict[int, _Slot], saved: list[dict]) -> None:
+    """Hyper-parameters (lr, betas, ...) of each saved group, into the current group holding the
+    same FQNs; groups that match none keep theirs (logged)."""
+    by_fqns = {tuple(g["fqns"]): g["hyper"] for g in saved}
+    for group in optimizer.param_groups:
+        fqns = tuple(sorted({slot_of[id(p)].fqn for p in group["params"]}))
+        if fqns in by_fqns:
+            group.update(by_fqns[fqns])
+        elif saved:
+            log.warning("optimizer group of %d parameters matches no saved group: its hyper-parameters are kept",
+                        len(fqns))
+
+
+# ---- full state dicts --------------------------------------------------------------------------
+
+@torch.no_grad()
+def load_full_state_dict(pm: ParallelModule, state: dict[str, torch.Tensor], strict: bool = True) -> _IncompatibleKeys:
+    """Copy full tensors (identical on every rank: ``pm.state_dict()``, a plain model's
+    ``state_dict()``) into every slot of ``pm`` (local shards, FSDP shards, each tied copy) and
+    its buffers. Called on every rank; it communicates nothing (each rank slices its own shards).
+    Optimizer state is left as it is.
+
+    Keys are the user's FQNs; a tied weight may come under any of its names (all given must be
+    equal). Buffers are optional: a plain model's ``state_dict()`` omits its non-persistent ones,
+    which keep their values. Unknown keys and missing parameters raise ``ConfigError`` when
+    ``strict``; shape mismatches always. Returns ``(missing_keys, unexpected_keys)`` like
+    ``nn.Module.load_state_dict``.
+    """
+    slots: dict[str, list[_Slot]] = {}
+    for s in _slots(pm):
+        slots.setdefault(s.fqn, []).append(s)
+    names: dict[str, str] = {fqn: fqn for fqn in slots}  # any name of a parameter -> its FQN
+    for info in pm.mg.params.values():
+        if info.name in slots:
+            names.update({alias: info.name for alias in info.aliases})
+    buffers = pm._buffers_full
+
+    given: dict[str, list[str]] = {}
+    for k in state:
+        if k in names:
+            given.setdefault(names[k], []).append(k)
+    missing = sorted(fqn for fqn in slots if fqn not in given)
+    unexpected = sorted(k for k in state if k not in names and k not in buffers)
+    problems = [f"{k}: a {type(v).__name__}, not a full tensor" for k, v in state.items()
+                if (k in names or k in buffers) and (not isinstance(v, torch.Tensor) or isinstance(v, DTensor))]
+    if problems:
+        raise ConfigError(f"cannot load the state dict: {'; '.join(problems[:6])}; pass full tensors "
+                          "(DTensor.full_tensor(), or pm.state_dict())")
+    for fqn, keys in given.items():
+        want = slots[fqn][0].global_shape
+        bad = [f"{k}: shape {tuple(state[k].shape)}, the module's is {want}" for k in keys
+               if tuple(state[k].shape) != want]
+        if not bad and any(not torch.equal(state[keys[0]], state[k]) for k in keys[1:]):
+            bad.append(f"{' and '.join(keys)} are one tied weight here but hold different values")
+        problems += bad
+    problems += [f"{k}: shape {tuple(state[k].shape)}, the module's buffer is {tuple(buffers[k].shape)}"
+                 for k in state if k in buffers and k not in names and tuple(state[k].shape) != tuple(buffers[k].shape)]
+    if problems:
+        raise ConfigError(f"cannot load the state dict: {'; '.join(problems[:6])}"
+                          f"{' ...' if len(problems) > 6 else ''}; load weights of the same model configuration")
+    if strict and (missing or unexpected):
+        raise ConfigError(f"the state dict does not match the module: missing {_names(missing)}, unexpected "
+                          f"{_names(unexpected)}; pass the full model's state_dict() (its FQNs), or strict=False "
+                          "to load the matching keys only")
+    _reshard_fsdp(pm)
+    for fqn, keys in given.items():
+        for s in slots[fqn]:
+            _set_full(s, s.param, state[keys[0]])
+    for k, v in state.items():
+        if k in buffers and k not in names:
+            buffers[k].copy_(v)
+    return _IncompatibleKeys(missing, unexpected)
