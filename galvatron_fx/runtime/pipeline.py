@@ -50,6 +50,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.runtime.parallel_module import ParallelModule
+from galvatron_fx.runtime.precision import LossScaler
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +166,11 @@ class PipelineModule(nn.Module):
         self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
         self._first = self.stage == 0
 
+        self.scaler = LossScaler() if plan.precision == "fp16" else None
+
         def loss_fn(out, _target):
-            return out.sum() / m
+            scale = self.scaler.scale if self.scaler is not None else 1.0
+            return out.float().sum() * (scale / m)
 
         if plan.schedule == "interleaved_1f1b":
             self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
@@ -254,10 +258,13 @@ class PipelineModule(nn.Module):
         else:
             self.schedule.step(*args)
         self.sync_grads()
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))  # fp16: skip on overflow
         if optimizer is not None:
-            optimizer.step()
+            if ok:
+                optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return self._mean_loss(losses)
+        return self._mean_loss(losses) / scale
 
     @torch.no_grad()
     def sync_grads(self) -> None:
@@ -280,7 +287,7 @@ class PipelineModule(nn.Module):
         its first rank shares it with the world."""
         value = torch.zeros(())
         if self._last is not None and losses:
-            total = torch.stack([x.detach() for x in losses]).sum()
+            total = torch.stack([x.detach().float() for x in losses]).sum()
             mesh, placements = self._last.loss_spec or (None, None)
             if mesh is not None:
                 total = DTensor.from_local(total, mesh, placements, run_check=False).full_tensor()

@@ -64,9 +64,33 @@ def _case(name: str) -> dict:
     return res
 
 
+def _pipeline_case() -> dict:
+    """The same comparison for a pipelined plan (pp2, 1F1B, two micro-batches), llama-tiny."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    import galvatron_fx as gfx
+    from galvatron_fx.runtime.api import _runtime_model
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    gbs, m = 8, 2
+    model, mg, inputs = build("llama-tiny", gbs // m)
+    plan = make_plan(mg, 2, (1, 1, "none", "none"), gbs=gbs, m=m, pp=2, boundaries=(0, 4))
+    res = {}
+    for prec in ("fp32", "bf16", "fp16"):
+        mgp = gfx.capture(_runtime_model(model, prec), inputs)
+        pm = PipelineModule(copy.deepcopy(model), mgp, dataclasses.replace(plan, precision=prec))
+        opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+        res[prec] = [pm.train_step(b, opt) for b in _batches(gbs, STEPS // 2)]
+    return res
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
-    run_jobs(rank, tmp, [(n, lambda n=n: _case(n)) for n in ("gpt-tiny", "llama-tiny")], only_env="GFX_MP_ONLY")
+    jobs = [(n, lambda n=n: _case(n)) for n in ("gpt-tiny", "llama-tiny")] + [("llama-pp2", _pipeline_case)]
+    run_jobs(rank, tmp, jobs, only_env="GFX_MP_ONLY")
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +122,11 @@ def test_fp16_loss_scaler_skips_an_overflowing_step(world2, name):
     assert r["fp16_skipped"] == 0, "a well-scaled fp16 run skipped steps"
     assert r["overflow_skipped"] == 1 and r["overflow_scale"] == 2.0**23
     assert r["overflow_moved"] == 0.0, "a skipped step changed the parameters"
+
+
+def test_pipelined_mixed_precision_within_noise_of_fp32(world2):
+    r = assert_ok(world2, "llama-pp2")
+    assert r["fp32"][-1] < r["fp32"][0] - 0.5
+    for prec, noise in NOISE.items():
+        diffs = [abs(a - b) for a, b in zip(r[prec], r["fp32"])]
+        assert 0.0 < max(diffs) <= noise, f"pipelined {prec} differs from fp32 by up to {max(diffs):.4f}"
