@@ -80,43 +80,78 @@ def all_reduce_coalesced(tensors: Sequence[torch.Tensor], group: dist.ProcessGro
 class GradBucketer:
     """Data-parallel gradient sums launched *during* backward, bucket by bucket (as DDP does).
 
-    Contract: ``params`` are plain local parameters whose gradients are summed over ``group``,
-    listed in the order backward is expected to finish them (last layer first). While
-    :meth:`arm`-ed, a post-accumulate-grad hook marks each parameter ready; a bucket whose
-    parameters are all ready is flattened and its all-reduce launched at once, overlapping the
-    rest of backward. :meth:`finish` launches what is left (parameters that got no gradient are
-    skipped — every rank uses the same parameters, so all ranks launch the same buckets), waits,
-    copies the sums back into the ``.grad`` tensors and disarms. Unarmed (earlier micro-batches
-    of an accumulation, or a backward the caller drives), hooks do nothing and :meth:`finish`
-    reduces everything after backward.
+    Contract: ``entries`` are plain local parameters whose gradients are summed over ``group``,
+    listed in the order backward is expected to finish them (last layer first); an entry may be
+    a list of tied copies (the same weight read by several layers, each a parameter of its own,
+    all stored whole): their gradients are summed locally into the first, the sum is reduced
+    once, and every copy receives it. While :meth:`arm`-ed, a post-accumulate-grad hook marks
+    each parameter ready; an entry is ready when all its copies are, and a bucket whose entries
+    are all ready is flattened and its all-reduce launched at once, overlapping the rest of
+    backward. :meth:`finish` launches what is left (parameters that got no gradient are skipped —
+    every rank uses the same parameters, so all ranks launch the same buckets), waits, copies the
+    sums back into the ``.grad`` tensors and disarms. Unarmed (earlier micro-batches of an
+    accumulation, or a backward the caller drives), hooks do nothing and :meth:`finish` reduces
+    everything after backward.
     """
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], group: dist.ProcessGroup | None,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, first_bucket_bytes: int = FIRST_BUCKET_BYTES):
-        self.params = list(params)
+    def __init__(self, entries: Sequence[torch.nn.Parameter | Sequence[torch.nn.Parameter]],
+                 group: dist.ProcessGroup | None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES):
+        self.entries = [list(e) if isinstance(e, (list, tuple)) else [e] for e in entries]
         self.group = group
-        self.buckets = plan_buckets(self.params, bucket_bytes, first_bucket_bytes)
-        self._bucket_of = {id(p): b for b, idx in enumerate(self.buckets) for p in (self.params[i] for i in idx)}
+        self.buckets = plan_buckets([e[0] for e in self.entries], bucket_bytes, first_bucket_bytes)
+        self._entry_of = {id(p): i for i, e in enumerate(self.entries) for p in e}
+        self._bucket_of_entry = {i: b for b, idx in enumerate(self.buckets) for i in idx}
         self._armed = False
+        self._fired: list[int] = [0] * len(self.entries)
+        self._summed: set[int] = set()
         self._ready: list[int] = [0] * len(self.buckets)
         self._pending: dict[int, tuple[list[torch.Tensor], torch.Tensor, object]] = {}
-        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params if p.requires_grad]
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
+                         for e in self.entries for p in e if p.requires_grad]
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for e in self.entries for p in e]
 
     def arm(self) -> None:
         """Launch buckets from the hooks of the next backward."""
         self._armed = True
+        self._fired = [0] * len(self.entries)
+        self._summed.clear()
         self._ready = [0] * len(self.buckets)
 
     def _on_grad(self, p: torch.nn.Parameter) -> None:
         if not self._armed:
             return
-        b = self._bucket_of[id(p)]
-        self._ready[b] += 1
-        if self._ready[b] == len(self.buckets[b]):
-            self._launch(b)
+        i = self._entry_of[id(p)]
+        self._fired[i] += 1
+        if self._fired[i] == len(self.entries[i]):
+            self._sum_copies(i)
+            b = self._bucket_of_entry[i]
+            self._ready[b] += 1
+            if self._ready[b] == len(self.buckets[b]):
+                self._launch(b)
+
+    @torch.no_grad()
+    def _sum_copies(self, i: int) -> None:
+        """Tied copies: the sum of their gradients in the first copy's ``.grad``."""
+        if i in self._summed:
+            return
+        self._summed.add(i)
+        copies = self.entries[i]
+        if len(copies) == 1:
+            return
+        grads = [p.grad for p in copies if p.grad is not None]
+        if not grads:
+            return
+        total = grads[0] if copies[0].grad is grads[0] else grads[0].clone()
+        for g in grads[1:]:
+            total += g
+        copies[0].grad = total
 
     def _launch(self, b: int) -> None:
-        grads = [g for g in (self.params[i].grad for i in self.buckets[b]) if g is not None]
+        grads = [g for g in (self.entries[i][0].grad for i in self.buckets[b]) if g is not None]
         if not grads:
             return
         flat = grads[0].contiguous() if len(grads) == 1 else torch.cat([g.reshape(-1) for g in grads])
@@ -125,6 +160,8 @@ class GradBucketer:
     @torch.no_grad()
     def finish(self) -> int:
         """Reduce every gradient (see class doc); returns the number of collectives."""
+        for i in range(len(self.entries)):
+            self._sum_copies(i)
         for b in range(len(self.buckets)):
             if b not in self._pending:
                 self._launch(b)
@@ -138,7 +175,12 @@ class GradBucketer:
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
+        for e in self.entries:
+            if len(e) > 1 and e[0].grad is not None:
+                for p in e[1:]:
+                    p.grad = e[0].grad.clone()
         self._pending.clear()
+        self._summed.clear()
         self._armed = False
         return n
 

@@ -62,7 +62,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
-from galvatron_fx.runtime.buckets import GradBucketer, all_reduce_coalesced
+from galvatron_fx.runtime.buckets import GradBucketer
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
@@ -171,6 +171,8 @@ class ParallelModule(nn.Module):
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         decomposed: dict[str, DecomposedLayer] = {}
         traced: dict[tuple, LayerExecutor] = {}
+        # the last layer holding parameters: its backward starts right after its forward
+        last_with_params = max((i for i in self.layer_ids if mg.layers[i].param_names), default=-1)
         for i in self.layer_ids:
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
@@ -191,7 +193,7 @@ class ParallelModule(nn.Module):
             ex.input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
-            self._shard(ex, lp)
+            self._shard(ex, lp, last_with_params=i == last_with_params)
             if not ex.fsdp:
                 ex.localize()
             if lower and st.recompute != "selective":
@@ -223,8 +225,10 @@ class ParallelModule(nn.Module):
             self._meshes[(dp, tp)] = _MESHES[key]
         return self._meshes[(dp, tp)]
 
-    def _shard(self, ex: LayerExecutor, lp) -> None:
-        """ZeRO-2/3 (``dp > 1``): FSDP2 over the layer's dp axis, summing (not averaging) grads."""
+    def _shard(self, ex: LayerExecutor, lp, *, last_with_params: bool = False) -> None:
+        """ZeRO-2/3 (``dp > 1``): FSDP2 over the layer's dp axis, summing (not averaging) grads.
+        ZeRO-3 reshards after forward, except on the last layer with parameters, whose backward
+        follows at once (FSDP2's own advice; the memory model charges a gathered layer anyway)."""
         dp_type = str(lp.strategy.dp_type)
         ex.fsdp = dp_type in ("zero2", "zero3") and lp.dp > 1 and any(True for _ in ex.parameters())
         if not ex.fsdp:
@@ -238,7 +242,7 @@ class ParallelModule(nn.Module):
         # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
         mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
             if ex.compute_dtype is not None else MixedPrecisionPolicy()
-        fully_shard(ex, mesh=ex.mesh, reshard_after_forward=dp_type == "zero3",
+        fully_shard(ex, mesh=ex.mesh, reshard_after_forward=dp_type == "zero3" and not last_with_params,
                     dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
         ex.set_gradient_divide_factor(1.0)
         ex.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
@@ -259,24 +263,32 @@ class ParallelModule(nn.Module):
         return [ps for ps in by_fqn.values() if len(ps) > 1]
 
     def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
-        """Tied copies stored whole (tp ``Replicate``) on equal mesh shapes are summed locally
-        before one dp all-reduce (``_fast_tied``); the other tied copies are summed as full
-        tensors (``_slow_tied``). Every other plain local parameter of a ``dp > 1`` layer joins
-        its dp group's :class:`GradBucketer`, last layer first."""
-        self._fast_tied, self._slow_tied = [], []
+        """Every plain local parameter of a ``dp > 1`` layer joins its dp group's
+        :class:`GradBucketer`, last layer first. Tied copies stored whole (tp ``Replicate``) on
+        equal mesh shapes are one bucket entry (summed locally, reduced once; at ``dp == 1`` only
+        summed: ``_local_tied``); other tied copies are summed as full tensors (``_slow_tied``)."""
+        self._local_tied, self._slow_tied = [], []
+        fast: dict[tuple[int, int], list[list[nn.Parameter]]] = {}
         for ps in self._tied:
             whole = all(k in ex._local and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
-            same = len({(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}) == 1
-            (self._fast_tied if whole and same else self._slow_tied).append(ps)
-        tied = {(id(ex), k) for ps in self._fast_tied for ex, k in ps}
-        by_group: dict[tuple[int, int], list[nn.Parameter]] = {}
+            shapes = {(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}
+            if not (whole and len(shapes) == 1):
+                self._slow_tied.append(ps)
+            elif next(iter(shapes))[0] == 1:
+                self._local_tied.append(ps)
+            else:
+                fast.setdefault(next(iter(shapes)), []).append([ex.params[k] for ex, k in ps])
+        in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
+        by_group: dict[tuple[int, int], list] = {}
         for ex in reversed(self.executors):
             if ex.fsdp or ex.mesh.size(0) == 1:
                 continue
             by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).extend(
                 p for k, p in reversed(list(ex.params.items()))
-                if k in ex._local and p.requires_grad and (id(ex), k) not in tied)
-        return {shape: GradBucketer(ps, self.mesh(*shape).get_group("dp")) for shape, ps in by_group.items() if ps}
+                if k in ex._local and p.requires_grad and id(p) not in in_fast)
+        for shape, groups in fast.items():  # ready when the last copy is: at the end of backward
+            by_group.setdefault(shape, []).extend(groups)
+        return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
 
     # ---- forward ----------------------------------------------------------------------------
     def _layout_input(self, ex: LayerExecutor, name: str, tp_p: Placement, env: dict, batched: set[str]) -> DTensor:
@@ -349,25 +361,12 @@ class ParallelModule(nn.Module):
         during the last backward when :meth:`train_step` armed them, else here."""
         for bucketer in self._bucketers.values():
             bucketer.finish()
-        leaders: dict[tuple[int, int], list[torch.Tensor]] = {}
-        for ps in self._fast_tied:
+        for ps in self._local_tied:
             grads = [g for g in (ex.params[k].grad for ex, k in ps) if g is not None]
-            if not grads:
-                continue
-            total = grads[0]
-            for g in grads[1:]:
-                total += g
-            ex0, k0 = ps[0]
-            ex0.params[k0].grad = total
-            if ex0.mesh.size(0) > 1:
-                leaders.setdefault((ex0.mesh.size(0), ex0.mesh.size(1)), []).append(total)
-        for shape, grads in leaders.items():
-            all_reduce_coalesced(grads, self.mesh(*shape).get_group("dp"))
-        for ps in self._fast_tied:
-            (ex0, k0), rest = ps[0], ps[1:]
-            for ex, k in rest:
-                if ex0.params[k0].grad is not None:
-                    ex.params[k].grad = ex0.params[k0].grad.clone()
+            if grads:
+                total = torch.stack(grads).sum(0) if len(grads) > 1 else grads[0]
+                for ex, k in ps:
+                    ex.params[k].grad = total.clone()
         for ex in self.executors:
             for k, p in ex.params.items():  # parameters kept as DTensors (FSDP reduced theirs)
                 if k not in ex._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
@@ -377,6 +376,18 @@ class ParallelModule(nn.Module):
 
     @staticmethod
     def _sum_full(ps) -> None:
+        grads = [ex.params[k].grad for ex, k in ps]
+        if all(isinstance(g, DTensor) for g in grads) and \
+                len({(tuple(g.placements), tuple(g.device_mesh.mesh.flatten().tolist()), g.device_mesh.mesh.shape,
+                      tuple(g._local_tensor.shape)) for g in grads}) == 1:
+            # copies sharded alike (FSDP on equal meshes): the sum of the shards is the shard of the sum
+            total = grads[0]._local_tensor.clone()
+            for g in grads[1:]:
+                total += g._local_tensor
+            for (ex, k), g in zip(ps, grads):
+                ex.params[k].grad = DTensor.from_local(total.clone(), g.device_mesh, g.placements, run_check=False,
+                                                       shape=g.shape, stride=g.stride())
+            return
         fulls = [g for g in (ex.full_grad(k) for ex, k in ps) if g is not None]
         if fulls:
             total = torch.stack(fulls).sum(0) if len(fulls) > 1 else fulls[0]

@@ -292,6 +292,20 @@ def _buckets_case(world: int) -> dict:
                                        for p, r in zip(ps, ref) if r is not None)
         res[f"armed{armed}_none_kept"] = ps[1].grad is None
         bk.remove()
+    # tied copies as one entry: summed locally, reduced once, every copy gets the sum
+    for armed in (False, True):
+        a, b, c = (torch.nn.Parameter(torch.ones(50)) for _ in range(3))
+        bk = GradBucketer([c, [a, b]], None, bucket_bytes=100, first_bucket_bytes=100)
+        if armed:
+            bk.arm()
+        ((a * 2.0).sum() + (b * 3.0).sum() + c.sum()).backward()
+        res[f"tied_armed{armed}_in_backward"] = len(bk._pending)
+        res[f"tied_armed{armed}_calls"] = bk.finish()
+        want = 5.0 * dist.get_world_size()
+        res[f"tied_armed{armed}_err"] = max((a.grad - want).abs().max().item(), (b.grad - want).abs().max().item(),
+                                          (c.grad - dist.get_world_size()).abs().max().item())
+        res[f"tied_armed{armed}_distinct"] = a.grad.data_ptr() != b.grad.data_ptr()
+        bk.remove()
     return res
 
 
@@ -459,6 +473,10 @@ def test_bucketed_dp_sums_equal_per_tensor_all_reduce(world2):
             assert r[f"armed{armed}_none_kept"], "a parameter without gradient got one"
         assert r["armedFalse_in_backward"] == 0, "unarmed buckets must wait for finish()"
         assert r["armedTrue_in_backward"] >= 2, "armed buckets must launch during backward"
+        for armed in (False, True):
+            assert r[f"tied_armed{armed}_err"] == 0.0 and r[f"tied_armed{armed}_distinct"], r
+            assert r[f"tied_armed{armed}_calls"] == 2, r
+        assert r["tied_armedTrue_in_backward"] == 2, "the tied entry's bucket launches once both copies are ready"
 
 
 @pytest.mark.parametrize("key", list(CASES[2]))
