@@ -69,10 +69,15 @@ from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decomp
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ParallelModule", "option_from_plan"]
+__all__ = ["ParallelModule", "device_type", "option_from_plan"]
 
 R = Replicate()
 _MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, see ParallelModule.mesh
+
+
+def device_type() -> str:
+    """The meshes' device type: ``cuda`` under NCCL with GPUs, else ``cpu`` (gloo)."""
+    return "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
 
 
 def _calls(dl: DecomposedLayer) -> list[fx.Node]:
@@ -217,10 +222,11 @@ class ParallelModule(nn.Module):
                 raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover the stage's {len(self._ranks)} ranks")
             key = (id(dist.group.WORLD), self._ranks, dp, tp)
             if key not in _MESHES:
+                device = device_type()
                 if self._ranks == tuple(range(dist.get_world_size())):
-                    _MESHES[key] = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+                    _MESHES[key] = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
                 else:
-                    _MESHES[key] = DeviceMesh("cpu", torch.tensor(self._ranks).view(dp, tp),
+                    _MESHES[key] = DeviceMesh(device, torch.tensor(self._ranks).view(dp, tp),
                                               mesh_dim_names=("dp", "tp"))
             self._meshes[(dp, tp)] = _MESHES[key]
         return self._meshes[(dp, tp)]

@@ -49,7 +49,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.runtime.parallel_module import ParallelModule
+from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], Device
             raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
         key = (id(dist.group.WORLD), pp, dp, tp)  # one per process group and shape, as ParallelModule.mesh
         if key not in _WORLD_MESHES:
-            m3 = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+            m3 = init_device_mesh(device_type(), (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
             _WORLD_MESHES[key] = (m3["dp", "tp"], m3["pp"].get_group())
         meshes[(dp, tp)], group = _WORLD_MESHES[key]
         pp_group = pp_group or group
@@ -151,6 +151,8 @@ class PipelineModule(nn.Module):
         layout = self._layout()
         self.chunks = nn.ModuleList()
         stages = []
+        device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
+        self.device = device
         for c in mine:
             body = ParallelModule(model, mg, plan, cost_model=cost_model, layers=chunks[c], meshes=meshes)
             last = c == len(chunks) - 1
@@ -160,8 +162,9 @@ class PipelineModule(nn.Module):
             # static shapes: no inference forward on uninitialised tensors (integer inputs such
             # as targets would hold garbage)
             ins = tuple(self._example(n, layout) for n in crossing[c])
-            outs_ex = (torch.empty(1, requires_grad=True),) if last else tuple(self._example(n, layout) for n in outs)
-            stages.append(PipelineStage(chunk, c, len(chunks), torch.device("cpu"), input_args=ins,
+            outs_ex = (torch.empty(1, device=device, requires_grad=True),) if last else \
+                tuple(self._example(n, layout) for n in outs)
+            stages.append(PipelineStage(chunk, c, len(chunks), device, input_args=ins,
                                         output_args=outs_ex, group=self.pp_group))
         self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
         self._first = self.stage == 0
@@ -191,7 +194,7 @@ class PipelineModule(nn.Module):
             (dp, _tp), placements, _ = layout[name]
             if isinstance(placements[0], Shard):
                 shape[0] //= dp
-        return torch.empty(shape, dtype=val.dtype, requires_grad=val.dtype.is_floating_point)
+        return torch.empty(shape, dtype=val.dtype, device=self.device, requires_grad=val.dtype.is_floating_point)
 
     def _crossing(self, bounds: list[int]) -> list[list[str]]:
         """Per chunk start (and the end), the values crossing it, user inputs first."""
@@ -254,7 +257,7 @@ class PipelineModule(nn.Module):
         losses: list[torch.Tensor] = []
         args = tuple(batch) if self._first else ()
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
-            self.schedule.step(*args, target=torch.zeros(self.num_microbatches), losses=losses)
+            self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
         else:
             self.schedule.step(*args)
         self.sync_grads()
@@ -272,7 +275,7 @@ class PipelineModule(nn.Module):
         for ch in self.chunks:
             ch.body.sync_grads()
         for fqn, shape, copies in self._cross_tied:
-            total = torch.zeros(shape)
+            total = torch.zeros(shape, device=self.device)
             for hits in copies:  # a chunk's copies are equal after its own sync: count one
                 grads = [g for g in (ex.full_grad(k) for ex, k in hits) if g is not None]
                 if grads:
@@ -285,7 +288,7 @@ class PipelineModule(nn.Module):
     def _mean_loss(self, losses: list[torch.Tensor]) -> float:
         """The global mean loss, on every rank: the last stage reduces its (dp-partial) sum, and
         its first rank shares it with the world."""
-        value = torch.zeros(())
+        value = torch.zeros((), device=self.device)
         if self._last is not None and losses:
             total = torch.stack([x.detach().float() for x in losses]).sum()
             mesh, placements = self._last.loss_spec or (None, None)

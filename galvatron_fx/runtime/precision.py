@@ -44,7 +44,7 @@ class LossScaler:
         params = list(params)
         grads = [p.grad for p in params if p.grad is not None]
         locals_ = [g._local_tensor if isinstance(g, DTensor) else g for g in grads]
-        bad = torch.zeros(())
+        bad = torch.zeros((), device=locals_[0].device if locals_ else "cpu")
         for g in locals_:
             if not torch.isfinite(g).all():
                 bad.fill_(1.0)

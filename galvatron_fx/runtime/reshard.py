@@ -60,8 +60,8 @@ def block_of(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence[Placem
 def _group(ranks: tuple[int, ...]):
     if ranks == tuple(range(dist.get_world_size())):
         return dist.group.WORLD
-    if ranks not in _GROUPS:  # every rank must create it: true when all ranks run the same plan
-        _GROUPS[ranks] = dist.new_group(list(ranks))
+    if ranks not in _GROUPS:  # only the members create it (a pipeline stage reshards on its own ranks)
+        _GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
     return _GROUPS[ranks]
 
 
