@@ -76,7 +76,8 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *
     model is called with the others."""
     import galvatron_fx as gfx
 
-    if not (dist.is_available() and dist.is_initialized()):
+    # (the planner's placement search may have set up a stand-in "fake" group in this process)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")

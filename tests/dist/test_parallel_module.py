@@ -536,7 +536,7 @@ def test_compile_without_process_group_says_how_to_launch():
     import galvatron_fx as gfx
     from galvatron_fx.runtime.api import compile as gfx_compile
 
-    assert not dist.is_initialized()
+    assert not dist.is_initialized() or dist.get_backend() == "fake"  # the ILP's stand-in group
     model, _, inputs = build("gpt-tiny", 2)
     with pytest.raises(gfx.PlanError, match="run under torchrun"):
         gfx_compile(model, gfx.Cluster.local_cpu(2), inputs, global_batch_size=2)
