@@ -28,12 +28,14 @@ test: venv
 test-fast: venv
 	$(VPY) -m pytest -q -ra -m "not slow" tests
 
-# every benchmark; each prints a table and writes benchmarks/results/<name>.json (~12 min)
+# every benchmark; each prints a table and writes benchmarks/results/<name>.json (~20 min)
 bench: venv
 	$(VPY) benchmarks/capture_speed.py
 	$(VPY) benchmarks/comm_model_accuracy.py
 	$(VPY) benchmarks/search_speed.py
 	$(VPY) benchmarks/plan_quality.py
+	OMP_NUM_THREADS=1 $(VPY) benchmarks/runtime_overhead.py
+	OMP_NUM_THREADS=1 $(VPY) benchmarks/cost_model_accuracy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

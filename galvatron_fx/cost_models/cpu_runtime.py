@@ -1,51 +1,75 @@
 """CPU runtime calibration: what the analytic cost model misses when gloo ranks share a few cores.
 
-Contract: :func:`calibrate` measures this machine in a few seconds (once; the result is cached as
-JSON under ``default_cache_dir()`` by a fingerprint of the CPU, its core count and the torch
-version) and returns a :class:`CPURuntimeCalibration`; :func:`cost_model` turns it into an
-``AnalyticCostModel`` for a ``Cluster`` of gloo CPU processes on this host. Nothing it measures
-is a plan or the model being planned: only a *probe* model's single layers and its eager step.
+Contract: :func:`calibrate` measures this machine in about a minute (once: the result is cached as
+JSON under ``default_cache_dir()``, keyed by a fingerprint of the CPU, its core count, the torch
+version and the probe) and returns a :class:`CPURuntimeCalibration`; :func:`cost_model` turns it
+into a :class:`CPURuntimeCostModel` for a ``Cluster`` of gloo CPU processes on this host (a
+profiled ``Cluster.local_cpu`` or the defaults). Nothing it measures is a plan of the model being
+planned: only a *probe* model — its single layers, its training steps through the runtime in
+one-rank groups, and all-reduces between its steps.
 
 Terms
 -----
 - *probe*: a small GPT-family model (``PROBE``: 2 blocks, width 96, 3 heads, vocabulary 320,
   64 tokens), shaped unlike the zoo's models so the calibration never sees what is planned.
-- *rates*: ``flops_s`` and ``bytes_s`` (achieved FLOP/s and bytes/s of one process with one thread
-  on the per-node roofline) and ``overhead_s`` (each kernel's Python, dispatcher and autograd
-  cost), fitted by :func:`galvatron_fx.profiler.model.fit_efficiency` on the probe's layers,
-  forward and backward, at ``batch_sizes``. They are absolute, so that :func:`efficiency` can
-  express them relative to any cluster's peaks (a profiled cluster's measured peaks, or the
-  defaults) — the ``ComputeEfficiency`` defaults for CPUs are relative to
-  ``default_local_cpu``'s 20 GFLOP/s and overstate a profiled cluster's compute by its peak over
-  that (about 5× here).
-- *slowdown(N)*: the probe's eager training step timed with ``N`` processes running it at once,
-  over the same with one process (medians). Up to the core count it stays near 1; beyond, each
-  process gets ``cores / N`` of a core, and what the other tenants of the machine take.
+- *rates*: ``flops_s`` and ``bytes_s``, the achieved FLOP/s and bytes/s of one process with one
+  thread on the compute model's per-node roofline, fitted (with an eager per-kernel overhead,
+  ``layer_overhead_s``, kept for reference) by :func:`galvatron_fx.profiler.model.fit_efficiency`
+  on the probe's layers, forward and backward. They are absolute, so :func:`efficiency` can state
+  them relative to any cluster's peaks: the ``ComputeEfficiency`` defaults for CPUs are relative
+  to ``default_local_cpu``'s 20 GFLOP/s and overstate a profiled cluster's compute by its
+  measured peak over that (about 5× here).
+- *runtime overhead* ``overhead_s``: per kernel, what a training step through galvatron_fx's
+  runtime costs beyond the roofline (DTensor dispatch, layer executors, autograd, hooks): the
+  probe compiled by ``galvatron_fx.compile`` in a one-rank gloo group at a few batch sizes,
+  ``(step − optimizer step − roofline) / kernels``, median over batch sizes. The optimizer step
+  is timed apart (``optimizer_s_per_param``, for reference): the cost model has no optimizer term.
+- *slowdown(N)*: wall time of the probe's runtime steps run by ``N`` processes at once over the
+  same steps by one process. Up to the core count it stays near 1; beyond it, each process gets
+  a share of a core; lasting load from other tenants shows up in it too.
+- *in-step collective*: the seconds an all-reduce of ``b`` bytes adds to a step when every rank
+  also computes (``collective_s[(N, g)][b]``, all contiguous groups of ``g`` of the ``N`` ranks at
+  once): the rank skew it waits out and the cores it shares, which a hardware profile's
+  back-to-back timing does not see (2–3× its fits here); and *overlap*: the slowdown of the same
+  all-reduce launched asynchronously before a step and waited for after it, in
+  ``CommModel.overlapped_s``'s sense (both at once / the longer alone).
 
 Algorithm
 ---------
-1. In this process (one thread): capture the probe at each batch size, time its layers
-   (``profiler.model``'s interleaved timing, medians of ``repeats``) and fit the rates.
-2. For every ``N > 1`` in ``worlds``: spawn ``N`` processes that each build the probe; in a few
-   rounds, process 0 runs ``steps`` eager forward+backward steps alone (the others asleep at a
-   barrier), then all ``N`` run ``steps`` at once. The slowdown is the median over rounds of the
+1. In this process (one thread): capture the probe at each batch size, time each layer kind
+   (``profiler.model``'s interleaved timing, medians of ``repeats``), fit the rates.
+2. In a spawned one-rank gloo group: compile the probe at each batch size, time ``steps``
+   training steps after warm-up and as many optimizer steps; fit the runtime overhead.
+3. For every ``N > 1`` in ``worlds``: ``N`` spawned processes, each with the probe compiled in its
+   own one-rank group; in a few rounds process 0 runs ``steps`` steps alone (the others asleep at
+   a barrier), then all ``N`` run ``steps`` at once. The slowdown is the median over rounds of the
    together phase (first start to last end: a synchronous step waits for its slowest rank) over
-   the median alone phase. Interleaving the two keeps slow changes of the machine's load from
-   biasing the ratio.
-3. :func:`efficiency` for a cluster of ``N`` processes per host: ``matmul = flops_s / (peak ·
-   slowdown(N))``, ``memory = bytes_s / (bandwidth · slowdown(N))``, ``overhead_s ·
-   slowdown(N)`` — every compute second is stretched alike; the communication fits of a profile
-   were measured with the N processes and stay as they are. World sizes not measured take the
-   nearest measured ``N`` scaled by ``N / N'`` above the core count.
+   the alone phase just before it, so a burst of other load spoils one round, not the ratio.
+   ``calibrate`` logs a warning when the machine is busy and records its load average.
+4. For every ``N > 1``: ``N`` gloo ranks run eager probe steps alone, each followed by an
+   all-reduce, and each overlapping one, for each group size and message size (interleaved over
+   rounds; medians); the in-step time is the difference to the steps alone.
+5. :class:`CPURuntimeCostModel` for a cluster of ``N`` processes on one host, ``s = slowdown(N)``:
+   compute at ``matmul = flops_s / (peak · s)``, ``memory = bytes_s / (bandwidth · s)``,
+   ``overhead_s · s`` (every compute second stretched alike; process counts not measured take
+   the nearest measured one, scaled by ``N / N'`` beyond the core count); every collective of a
+   group of ``g`` ranks (data-parallel syncs, tensor-parallel redistributions, reshards) the
+   cluster's fit times the measured in-step over fitted all-reduce seconds of groups of ``g``
+   (median over message sizes); overlap with the measured slowdown of the whole-world group;
+   pipelines simulated at the unstretched speed (a rank waiting in a bubble frees its core) and
+   never shorter than the busiest rank's stretched work, ``max(simulated(stages / s), m · Σ its
+   chunks' costs)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import math
 import os
+import socket
 import statistics
 import sys
 import time
@@ -54,34 +78,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx.cluster import Cluster, cpu_model, default_cache_dir, make_fingerprint
+from galvatron_fx.cluster import Cluster, Collective, cpu_model, default_cache_dir, default_local_cpu, make_fingerprint
+from galvatron_fx.cost_models import pipeline as _pipeline
 from galvatron_fx.cost_models.base import AnalyticCostModel
-from galvatron_fx.cost_models.compute import ComputeEfficiency
+from galvatron_fx.cost_models.communication import CommModel
+from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
+from galvatron_fx.cost_models.pipeline import PipelineResult, StageCost
 from galvatron_fx.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CPURuntimeCalibration", "PROBE", "calibrate", "cost_model", "efficiency", "cache_path"]
+__all__ = ["CPURuntimeCalibration", "CPURuntimeCostModel", "PROBE", "calibrate", "cost_model", "efficiency",
+           "cache_path"]
 
-SCHEMA_VERSION = 1
-# The probe: GPT-family, shaped unlike every zoo configuration (widths 96, 3 heads, 320 tokens).
+SCHEMA_VERSION = 3
+# The probe: GPT-family, shaped unlike every zoo configuration (width 96, 3 heads, 320 tokens).
 PROBE: dict[str, Any] = {"family": "gpt-tiny", "overrides": {"n_layers": 2, "d_model": 96, "n_heads": 3,
                                                               "vocab_size": 320, "max_seq_len": 64},
                          "seq_len": 64}
-REFERENCE_FLOPS, REFERENCE_BYTES_S = 20e9, 10e9  # the fit's reference peaks (any positive values do)
+REFERENCE_FLOPS, REFERENCE_BYTES_S = 20e9, 10e9  # the fits' reference peaks (any positive values do)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CPURuntimeCalibration:
-    """Measured compute rates of one process and the slowdown of N processes sharing the cores."""
+    """Measured compute rates of one process, the runtime's per-kernel overhead and the slowdown
+    of N processes sharing the cores (see the module doc)."""
 
     fingerprint: str
     cores: int
     flops_s: float  # achieved FLOP/s of one process, one thread (per-node roofline)
     bytes_s: float  # achieved bytes/s
-    overhead_s: float  # per kernel
-    slowdown: dict[int, float] = field(default_factory=dict)  # processes -> step time / one process's
-    batch_sizes: tuple[int, ...] = ()
+    overhead_s: float  # per kernel, a step through the runtime
+    layer_overhead_s: float = 0.0  # per kernel, eager single layers (reference only)
+    optimizer_s_per_param: float = 0.0  # AdamW step seconds per parameter (reference only)
+    slowdown: dict[int, float] = field(default_factory=dict)  # processes -> wall time / one process's
+    # (processes, group size) -> {all-reduce bytes -> seconds it adds to a step of computing ranks}
+    collective_s: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
+    # (processes, group size) -> overlap slowdown of an all-reduce launched during a step
+    overlap: dict[tuple[int, int], float] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict, hash=False)  # raw figures, for reports
     source: str = ""
 
@@ -90,52 +124,74 @@ class CPURuntimeCalibration:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(f"CPURuntimeCalibration.{name} must be positive, got {v!r}; re-run calibrate()")
-        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
-            raise ConfigError(f"CPURuntimeCalibration.overhead_s must be >= 0, got {self.overhead_s!r}")
+        for name in ("overhead_s", "layer_overhead_s", "optimizer_s_per_param"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"CPURuntimeCalibration.{name} must be >= 0, got {v!r}; re-run calibrate()")
         for n, s in self.slowdown.items():
             if n < 1 or not (math.isfinite(s) and s > 0):
                 raise ConfigError(f"CPURuntimeCalibration.slowdown[{n}] = {s!r} is not a positive factor")
+        for (n, g), per in self.collective_s.items():
+            if g < 2 or n % g or any(not (math.isfinite(t) and t >= 0) or b <= 0 for b, t in per.items()):
+                raise ConfigError(f"CPURuntimeCalibration.collective_s[{n}, {g}] = {per!r}: groups of g >= 2 "
+                                  "dividing n, positive sizes and seconds >= 0")
+        for key, v in self.overlap.items():
+            if not (math.isfinite(v) and v >= 1.0):
+                raise ConfigError(f"CPURuntimeCalibration.overlap[{key}] = {v!r} must be >= 1")
 
     def slowdown_for(self, processes: int) -> float:
-        """The measured slowdown of ``processes`` processes (see module doc for unmeasured ones)."""
+        """The measured slowdown of ``processes`` processes (module doc, step 5, for unmeasured ones)."""
         if processes in self.slowdown:
             return self.slowdown[processes]
         if not self.slowdown:
             return max(1.0, processes / max(self.cores, 1))
         near = min(self.slowdown, key=lambda n: (abs(n - processes), n))
-        scale = max(processes, self.cores) / max(near, self.cores)
-        return self.slowdown[near] * scale
+        return self.slowdown[near] * max(processes, self.cores) / max(near, self.cores)
 
     def summary(self) -> str:
-        sl = ", ".join(f"{n} proc ×{s:.2f}" for n, s in sorted(self.slowdown.items()))
-        return (f"one process {self.flops_s / 1e9:.1f} GFLOP/s, {self.bytes_s / 1e9:.1f} GB/s, "
-                f"{self.overhead_s * 1e6:.1f} µs per kernel; slowdown {sl} ({self.source})")
+        sl = ", ".join(f"{n} ×{s:.2f}" for n, s in sorted(self.slowdown.items()))
+        ar = ", ".join(f"{n} procs/groups of {g}: {statistics.median(per.values()) * 1e3:.1f} ms"
+                       for (n, g), per in sorted(self.collective_s.items()) if per)
+        ov = ", ".join(f"{n}/{g} ×{v:.2f}" for (n, g), v in sorted(self.overlap.items()))
+        return (f"one process {self.flops_s / 1e9:.1f} GFLOP/s, {self.bytes_s / 1e9:.1f} GB/s, runtime "
+                f"{self.overhead_s * 1e6:.1f} µs per kernel (eager layers {self.layer_overhead_s * 1e6:.1f}); "
+                f"slowdown by processes {sl}; in-step all-reduce {ar or '-'}; overlap {ov or '-'} ({self.source})")
 
     def describe(self) -> str:
         """One sentence on what the calibration does to a prediction."""
-        return ("compute priced at the probe-fitted one-process rates (per-node roofline + per-kernel overhead) "
-                "stretched by the measured slowdown of N processes sharing the cores; communication from the "
-                "profiled fits unchanged")
+        return ("compute at the probe's one-process roofline rates plus the runtime's per-kernel overhead (the "
+                "probe through galvatron_fx.compile on one rank), stretched by the measured slowdown of N processes "
+                "sharing the cores; collectives at the profiled fits times the measured in-step / fitted all-reduce "
+                "ratio of their group size; overlap at the measured in-step slowdown; pipelines simulated "
+                "unstretched and bounded below by the busiest rank's stretched work; no optimizer-step term")
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint, "cores": self.cores,
                 "flops_s": self.flops_s, "bytes_s": self.bytes_s, "overhead_s": self.overhead_s,
+                "layer_overhead_s": self.layer_overhead_s, "optimizer_s_per_param": self.optimizer_s_per_param,
                 "slowdown": {str(n): s for n, s in sorted(self.slowdown.items())},
-                "batch_sizes": list(self.batch_sizes), "probe": PROBE, "measured": self.measured,
-                "source": self.source}
+                "collective_s": {f"{n}x{g}": {str(b): t for b, t in sorted(per.items())}
+                                 for (n, g), per in sorted(self.collective_s.items())},
+                "overlap": {f"{n}x{g}": v for (n, g), v in sorted(self.overlap.items())}, "probe": PROBE,
+                "measured": self.measured, "source": self.source}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CPURuntimeCalibration:
         if not isinstance(d, Mapping) or d.get("schema_version") != SCHEMA_VERSION:
-            raise ConfigError("CPU runtime calibration: wrong schema; re-run calibrate(use_cache=False)")
+            raise ConfigError("CPU runtime calibration: wrong schema version; re-run calibrate(use_cache=False)")
         try:
             return cls(fingerprint=str(d["fingerprint"]), cores=int(d["cores"]), flops_s=float(d["flops_s"]),
                        bytes_s=float(d["bytes_s"]), overhead_s=float(d["overhead_s"]),
+                       layer_overhead_s=float(d.get("layer_overhead_s", 0.0)),
+                       optimizer_s_per_param=float(d.get("optimizer_s_per_param", 0.0)),
                        slowdown={int(n): float(s) for n, s in d.get("slowdown", {}).items()},
-                       batch_sizes=tuple(int(b) for b in d.get("batch_sizes", ())),
+                       collective_s={tuple(int(x) for x in k.split("x")): {int(b): float(t) for b, t in per.items()}
+                                     for k, per in d.get("collective_s", {}).items()},
+                       overlap={tuple(int(x) for x in k.split("x")): float(v) for k, v in d.get("overlap", {}).items()},
                        measured=dict(d.get("measured", {})), source=str(d.get("source", "")))
         except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"CPU runtime calibration JSON is malformed ({e}); re-run calibrate(use_cache=False)") from e
+            raise ConfigError(f"CPU runtime calibration JSON is malformed ({e}); "
+                              "re-run calibrate(use_cache=False)") from e
 
 
 def machine_fingerprint() -> str:
@@ -150,22 +206,91 @@ def cache_path(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(default_cache_dir(cache_dir)) / f"cpu-runtime-{machine_fingerprint()}.json"
 
 
+# ---------------------------------------------------------------- the cost model
 def efficiency(cal: CPURuntimeCalibration, cluster: Cluster, *, rank: int = 0) -> ComputeEfficiency:
-    """The calibration as a ``ComputeEfficiency`` relative to ``cluster``'s device peaks, with the
-    slowdown of the cluster's processes per host (module doc, step 3)."""
+    """The calibration as a ``ComputeEfficiency`` relative to ``cluster``'s device peaks, stretched
+    by the slowdown of the cluster's processes per host (module doc, step 5)."""
     dev = cluster.device(rank)
     s = cal.slowdown_for(cluster.devices_per_node)
     return ComputeEfficiency(matmul=cal.flops_s / (dev.flops("float32") * s),
                              memory=cal.bytes_s / (dev.memory_bandwidth_bytes_s * s),
-                             overhead_s=cal.overhead_s * s, source=f"cpu_runtime:{cal.fingerprint}:×{s:.2f}")
+                             overhead_s=cal.overhead_s * s, source=f"cpu_runtime:{cal.fingerprint}:x{s:.2f}")
 
 
-def cost_model(cluster: Cluster, cal: CPURuntimeCalibration) -> AnalyticCostModel:
-    """An ``AnalyticCostModel`` for ``cluster`` (gloo CPU processes here) with the calibration."""
-    return AnalyticCostModel(cluster, efficiency=efficiency(cal, cluster))
+def comm_factors(cal: CPURuntimeCalibration, cluster: Cluster) -> dict[int, float]:
+    """Group size -> measured in-step all-reduce seconds over the ``cluster``'s fitted ones (median
+    over the measured sizes), for the cluster's processes per host (module doc, step 5)."""
+    n = cluster.devices_per_node
+    base = CommModel(cluster)
+    out = {}
+    for (procs, g), per in cal.collective_s.items():
+        if procs != n:
+            continue
+        ratios = [t / f for b, t in sorted(per.items()) if (f := base.time_s(Collective.ALL_REDUCE, b, g)) > 0]
+        if ratios:
+            out[g] = statistics.median(ratios)
+    return out
 
 
-# ---------------------------------------------------------------- measuring
+class _InStepComm(CommModel):
+    """The cluster's collectives stretched by the factor of their group size (the nearest
+    measured one; 1 when none is); compute and communication overlapped with the measured
+    slowdown (the cluster's when none was measured)."""
+
+    def __init__(self, cluster: Cluster, factors: Mapping[int, float], overlap_slowdown: float | None):
+        super().__init__(cluster)
+        self.factors = dict(factors)
+        self.overlap_slowdown = overlap_slowdown if overlap_slowdown is not None else cluster.overlap_slowdown
+
+    def overlapped_s(self, compute_s: float, comm_s: float) -> float:
+        both = max(compute_s, comm_s) * self.overlap_slowdown
+        return min(max(both, compute_s, comm_s), compute_s + comm_s)
+
+    def factor(self, group_size: int) -> float:
+        if not self.factors:
+            return 1.0
+        return self.factors[min(self.factors, key=lambda g: (abs(g - group_size), g))]
+
+    def time_s(self, collective, nbytes, ranks):
+        n = ranks if isinstance(ranks, int) else len(list(ranks))
+        return super().time_s(collective, nbytes, ranks) * self.factor(n)
+
+
+class CPURuntimeCostModel(AnalyticCostModel):
+    """``AnalyticCostModel`` with the calibrated compute, in-step collectives and shared-core
+    pipelines (module doc)."""
+
+    def __init__(self, cluster: Cluster, cal: CPURuntimeCalibration, **kw):
+        super().__init__(cluster, efficiency=efficiency(cal, cluster), **kw)
+        self.calibration = cal
+        self.stretch = cal.slowdown_for(cluster.devices_per_node)
+        n = cluster.devices_per_node
+        ov = [v for (p, g), v in cal.overlap.items() if p == n]
+        self.comm = _InStepComm(cluster, comm_factors(cal, cluster),
+                                cal.overlap.get((n, n), max(ov) if ov else None))
+
+    def simulate_pipeline(self, schedule, stages, num_microbatches, *, virtual_stages=1) -> PipelineResult:
+        stages = list(stages)
+        s = self.stretch
+        if s <= 1.0:
+            return super().simulate_pipeline(schedule, stages, num_microbatches, virtual_stages=virtual_stages)
+        fast = [dataclasses.replace(st, fwd_s=st.fwd_s / s, bwd_s=st.bwd_s / s) for st in stages]
+        res = _pipeline.simulate(schedule, fast, num_microbatches, virtual_stages=virtual_stages)
+        pp = len(stages) // max(virtual_stages, 1)
+        busy = tuple(sum(st.fwd_s + st.bwd_s for st in stages[r::pp]) * num_microbatches for r in range(pp))
+        busiest = max(busy)
+        if busiest <= res.step_time_s:
+            return res
+        bubble = sum(busiest - b for b in busy) / (pp * busiest)
+        return dataclasses.replace(res, step_time_s=busiest, bubble_fraction=bubble, busy_s=busy)
+
+
+def cost_model(cluster: Cluster, cal: CPURuntimeCalibration) -> CPURuntimeCostModel:
+    """The calibrated cost model for ``cluster`` (gloo CPU processes on this host)."""
+    return CPURuntimeCostModel(cluster, cal)
+
+
+# ---------------------------------------------------------------- 1. rates from single layers
 def _probe_model(batch: int):
     from galvatron_fx import zoo
 
@@ -175,8 +300,9 @@ def _probe_model(batch: int):
 
 def fit_rates(batch_sizes: Sequence[int] = (2, 4, 8), *, repeats: int = 5, warmup: int = 1,
               progress: bool = False) -> tuple[float, float, float, dict[str, Any]]:
-    """``(flops_s, bytes_s, overhead_s, measured)`` from the probe's single layers (module doc, 1)."""
+    """``(flops_s, bytes_s, eager overhead_s, measured)`` from the probe's layers (module doc, 1)."""
     import numpy as np
+    import torch
 
     from galvatron_fx.capture import capture
     from galvatron_fx.profiler import model as mp
@@ -185,7 +311,7 @@ def fit_rates(batch_sizes: Sequence[int] = (2, 4, 8), *, repeats: int = 5, warmu
     jobs, where = [], []
     for b, mg in graphs.items():
         for layers in mg.kinds().values():
-            jobs.append(mp._layer_job(mg, layers[0], mp.torch.device("cpu")))
+            jobs.append(mp._layer_job(mg, layers[0], torch.device("cpu")))
             where.append((b, layers[0]))
     res = mp._time_jobs(jobs, repeats=repeats, warmup=warmup, labels=[f"{l.name} b={b}" for b, l in where],
                         progress=progress)
@@ -199,45 +325,132 @@ def fit_rates(batch_sizes: Sequence[int] = (2, 4, 8), *, repeats: int = 5, warmu
     m, e, o = mp.fit_efficiency(points, REFERENCE_FLOPS, REFERENCE_BYTES_S)
     pred = mp._predict(np.log([m, e, o]), points, REFERENCE_FLOPS, REFERENCE_BYTES_S)
     err = [float(p / pt[5] - 1) for p, pt in zip(pred, points)]
-    return m * REFERENCE_FLOPS, e * REFERENCE_BYTES_S, o, {"layers": rows, "fit_rel_errors": err}
+    return m * REFERENCE_FLOPS, e * REFERENCE_BYTES_S, o, {"layers": rows, "layer_fit_rel_errors": err}
 
 
-def _step_worker(idx: int, barrier, queue, batch: int, rounds: int, steps: int) -> None:
-    """Alternate, ``rounds`` times: ``steps`` probe steps by process 0 alone (the others wait at
-    the barrier, asleep), then ``steps`` by every process at once; record each phase's
-    (start, end) on the system-wide monotonic clock."""
+# ---------------------------------------------------------------- 2. the runtime's overhead
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) -> None:
+    """One gloo rank: the probe compiled by galvatron_fx at each batch size; median step and
+    optimizer-step seconds."""
     import torch
+    import torch.distributed as dist
 
+    import galvatron_fx as gfx
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     torch.set_num_threads(1)
-    model, inputs = _probe_model(batch)
-    model(*inputs).backward()  # warm-up
-    alone, together = [], []
+    dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
+    out = {}
+    try:
+        cluster = default_local_cpu(1)
+        for b in batch_sizes:
+            model, inputs = _probe_model(b)
+            pm = gfx.compile(model, cluster, inputs, global_batch_size=b, search={"pp": (1,)})
+            opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+            for _ in range(2):
+                pm.train_step(inputs, opt)
+            step, optim = [], []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                pm.train_step(inputs, opt)
+                step.append(time.perf_counter() - t0)
+                for p in pm.parameters():
+                    p.grad = torch.zeros_like(p)
+                t0 = time.perf_counter()
+                opt.step()
+                optim.append(time.perf_counter() - t0)
+                opt.zero_grad(set_to_none=True)
+            nparams = sum(p.numel() for p in pm.parameters())
+            out[b] = {"step_s": statistics.median(step), "optimizer_s": statistics.median(optim), "params": nparams}
+    finally:
+        dist.destroy_process_group()
+        queue.put(out)
 
-    def run() -> tuple[float, float]:
-        t0 = time.monotonic()
-        for _ in range(steps):
-            model(*inputs).backward()
-        return t0, time.monotonic()
 
-    for _ in range(rounds):
-        barrier.wait()
-        if idx == 0:
-            alone.append(run())
-        barrier.wait()
-        together.append(run())
-    queue.put((idx, alone, together))
+def fit_runtime_overhead(flops_s: float, bytes_s: float, batch_sizes: Sequence[int] = (4, 8), *,
+                         steps: int = 9) -> tuple[float, float, dict[str, Any]]:
+    """``(overhead_s per kernel, optimizer seconds per parameter, measured)`` (module doc, 2)."""
+    import torch.multiprocessing as tmp
+
+    from galvatron_fx.capture import capture
+
+    ctx = tmp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_runtime_worker, args=(_free_port(), tuple(batch_sizes), steps, queue))
+    p.start()
+    runs = queue.get(timeout=600)
+    p.join()
+    if not runs:
+        raise ConfigError("cpu_runtime: the runtime micro-run failed (see the log); re-run calibrate()")
+    cl = default_local_cpu(1)
+    rows, per_kernel, per_param = [], [], []
+    for b, r in sorted(runs.items()):
+        mg = capture(*_probe_model(b))
+        roof = ComputeModel(cl, ComputeEfficiency(matmul=flops_s / REFERENCE_FLOPS, memory=bytes_s / REFERENCE_BYTES_S,
+                                                  overhead_s=0.0))
+        unit = ComputeModel(cl, ComputeEfficiency(matmul=1e12, memory=1e12, overhead_s=1.0))
+        roofline = sum(sum(roof.layer_times_s(mg, layer)) for layer in mg.layers)
+        kernels = round(sum(sum(unit.layer_times_s(mg, layer)) for layer in mg.layers))
+        rest = r["step_s"] - r["optimizer_s"] - roofline
+        per_kernel.append(max(rest, 0.0) / kernels)
+        per_param.append(r["optimizer_s"] / r["params"])
+        rows.append({"batch": b, **r, "roofline_s": roofline, "kernels": kernels})
+    return statistics.median(per_kernel), statistics.median(per_param), {"runtime_steps": rows}
 
 
-def time_concurrent(processes: int, *, batch: int = 16, rounds: int = 3,
+# ---------------------------------------------------------------- 3. processes sharing the cores
+def _step_worker(idx: int, port: int, barrier, queue, batch: int, rounds: int, steps: int) -> None:
+    """Alternate, ``rounds`` times: ``steps`` training steps of the probe through the runtime (in
+    this process's own one-rank gloo group) by process 0 alone, the others asleep at the barrier,
+    then ``steps`` by every process at once; record each phase's (start, end) on the system-wide
+    monotonic clock."""
+    import torch
+    import torch.distributed as dist
+
+    import galvatron_fx as gfx
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
+    try:
+        model, inputs = _probe_model(batch)
+        pm = gfx.compile(model, default_local_cpu(1), inputs, global_batch_size=batch, search={"pp": (1,)})
+        opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+        pm.train_step(inputs, opt)  # warm-up
+        alone, together = [], []
+
+        def run() -> tuple[float, float]:
+            t0 = time.monotonic()
+            for _ in range(steps):
+                pm.train_step(inputs, opt)
+            return t0, time.monotonic()
+
+        for _ in range(rounds):
+            barrier.wait()
+            if idx == 0:
+                alone.append(run())
+            barrier.wait()
+            together.append(run())
+        queue.put((idx, alone, together))
+    finally:
+        dist.destroy_process_group()
+
+
+def time_concurrent(processes: int, *, batch: int = 16, rounds: int = 5,
                     steps: int = 5) -> tuple[list[float], list[float]]:
     """Seconds of ``steps`` probe steps by one process alone, and by all ``processes`` at once
-    (from the first start to the last end: a synchronous step waits for its slowest rank), per
-    round; rounds interleave the two so slow changes of the machine's load hit both alike."""
+    (first start to last end), per round (module doc, step 3)."""
     import torch.multiprocessing as tmp
 
     ctx = tmp.get_context("spawn")
     barrier, queue = ctx.Barrier(processes), ctx.Queue()
-    procs = [ctx.Process(target=_step_worker, args=(i, barrier, queue, batch, rounds, steps))
+    procs = [ctx.Process(target=_step_worker, args=(i, _free_port(), barrier, queue, batch, rounds, steps))
              for i in range(processes)]
     for p in procs:
         p.start()
@@ -249,25 +462,163 @@ def time_concurrent(processes: int, *, batch: int = 16, rounds: int = 3,
     return alone, together
 
 
-def measure_slowdown(worlds: Sequence[int], *, batch: int = 16, rounds: int = 3,
+def measure_slowdown(worlds: Sequence[int], *, batch: int = 16, rounds: int = 7,
                      steps: int = 5) -> tuple[dict[int, float], dict]:
-    """Slowdown of each N in ``worlds`` over one process (module doc, step 2)."""
+    """Slowdown of each N in ``worlds`` over one process (module doc, step 3)."""
     out, raw = {1: 1.0}, {}
     for n in sorted(set(worlds) - {1}):
         alone, together = time_concurrent(n, batch=batch, rounds=rounds, steps=steps)
-        out[n] = statistics.median(together) / statistics.median(alone)
+        out[n] = statistics.median(t / a for a, t in zip(alone, together))
         raw[str(n)] = {"alone_s": alone, "together_s": together, "steps": steps, "batch": batch}
     return out, raw
 
 
-def calibrate(*, worlds: Sequence[int] = (2, 4), cache_dir: str | os.PathLike | None = None,
-              use_cache: bool = True, batch_sizes: Sequence[int] = (2, 4, 8), repeats: int = 5,
-              progress: bool = False) -> CPURuntimeCalibration:
-    """The cached calibration of this machine, or a new one (a few seconds) that is cached.
+# ---------------------------------------------------------------- 4. collectives inside a step
+COLLECTIVE_SIZES = (4096, 262144, 1048576)
 
-    A cached calibration that lacks the slowdown of some of ``worlds`` is extended and saved."""
+
+def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], rounds: int, iters: int,
+                       queue) -> None:
+    """One of ``world`` gloo ranks: probe forward+backward steps, alone and each followed by an
+    all-reduce of ``size`` bytes in every contiguous group of ``g`` ranks (all groups at once, as
+    tensor- or data-parallel groups run), for every group size ``g >= 2`` dividing ``world``,
+    interleaved over rounds; rank 0 reports the median seconds per step of each."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    try:
+        groups = {}
+        for g in (g for g in range(2, world + 1) if world % g == 0):
+            for start in range(0, world, g):  # every rank creates every group, in the same order
+                pg = dist.new_group(list(range(start, start + g))) if g < world else dist.group.WORLD
+                if start <= rank < start + g:
+                    groups[g] = pg
+        model, inputs = _probe_model(4)
+        bufs = {b: torch.ones(b // 4) for b in sizes}
+        # (group size, bytes, overlapped): 0 bytes = compute alone; overlapped = the all-reduce
+        # launched asynchronously before the step and waited for after it (as bucketed data-parallel
+        # gradient sums overlap the backward)
+        modes = [(0, 0, False)] + [(g, b, ov) for g in groups for b in sizes for ov in (False, True)]
+        times: dict[tuple[int, int, bool], list[float]] = {m: [] for m in modes}
+        model(*inputs).backward()
+        for g, b, _ in modes[1:]:
+            dist.all_reduce(bufs[b], group=groups[g])
+        for _ in range(rounds):
+            for g, b, ov in modes:
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    work = dist.all_reduce(bufs[b], group=groups[g], async_op=True) if g and ov else None
+                    model(*inputs).backward()
+                    if work is not None:
+                        work.wait()
+                    elif g:
+                        dist.all_reduce(bufs[b], group=groups[g])
+                times[(g, b, ov)].append((time.perf_counter() - t0) / iters)
+        if rank == 0:
+            queue.put({m: statistics.median(t) for m, t in times.items()})
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_collectives(worlds: Sequence[int], *, sizes: Sequence[int] = COLLECTIVE_SIZES, rounds: int = 5,
+                        iters: int = 6) -> tuple[dict[tuple[int, int], dict[int, float]],
+                                                 dict[tuple[int, int], float], dict]:
+    """Per N in ``worlds`` and group size: all-reduce bytes -> seconds it adds to a step when N
+    ranks compute, and the slowdown of overlapping it with the step (module doc, step 4)."""
+    import torch.multiprocessing as tmp
+
+    out, overlap, raw = {}, {}, {}
+    for n in sorted(set(worlds) - {1}):
+        ctx = tmp.get_context("spawn")
+        queue = ctx.Queue()
+        port = _free_port()
+        procs = [ctx.Process(target=_collective_worker, args=(r, n, port, tuple(sizes), rounds, iters, queue))
+                 for r in range(n)]
+        for p in procs:
+            p.start()
+        res = queue.get(timeout=600)
+        for p in procs:
+            p.join()
+        base = res[(0, 0, False)]
+        for g in sorted({g for g, _, _ in res if g}):
+            out[(n, g)] = {b: max(res[(g, b, False)] - base, 0.0) for b in sizes}
+            # the overlap slowdown as CommModel.overlapped_s defines it: both at once / the longer
+            slow = [res[(g, b, True)] / max(base, res[(g, b, False)] - base) for b in sizes]
+            overlap[(n, g)] = max(1.0, statistics.median(slow))
+        raw[str(n)] = {"step_s": base, **{f"step_with_{'overlapped_' if ov else ''}all_reduce_{b}_in_groups_of_{g}_s": t
+                                          for (g, b, ov), t in res.items() if g}}
+    return out, overlap, raw
+
+
+# ---------------------------------------------------------------- entry point
+def measure_once(worlds: Sequence[int], *, batch_sizes: Sequence[int] = (2, 4, 8), repeats: int = 9,
+                 say=lambda msg: None) -> CPURuntimeCalibration:
+    """One independent measurement of everything (module doc, steps 1–4)."""
     import torch
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    load = os.getloadavg()[0]
+    try:
+        say("timing the probe's layers ...")
+        flops_s, bytes_s, layer_overhead_s, measured = fit_rates(batch_sizes, repeats=repeats)
+        say("timing the probe through the runtime (one rank) ...")
+        overhead_s, opt_per_param, rt = fit_runtime_overhead(flops_s, bytes_s,
+                                                             [b for b in batch_sizes if b > 2] or batch_sizes)
+        say(f"timing {', '.join(map(str, sorted(set(worlds) - {1})))} processes at once ...")
+        slow, raw = measure_slowdown(worlds)
+        say("timing all-reduces between steps of computing ranks ...")
+        coll, ov, craw = measure_collectives(worlds)
+    finally:
+        torch.set_num_threads(threads)
+    measured |= rt | {"slowdown": raw, "collectives": craw, "loadavg_before": load,
+                      "loadavg_after": os.getloadavg()[0], "wall_s": time.perf_counter() - t0}
+    return CPURuntimeCalibration(
+        fingerprint=machine_fingerprint(), cores=os.cpu_count() or 1, flops_s=flops_s, bytes_s=bytes_s,
+        overhead_s=overhead_s, layer_overhead_s=layer_overhead_s, optimizer_s_per_param=opt_per_param,
+        slowdown=slow, collective_s=coll, overlap=ov, measured=measured,
+        source=f"measured {time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def combine(cals: Sequence[CPURuntimeCalibration], source: str = "") -> CPURuntimeCalibration:
+    """Field by field medians of independent measurements (each figure over the runs that have
+    it); the runs' raw figures are kept under ``measured["runs"]``."""
+
+    def med(values):
+        return statistics.median(values)
+
+    def keyed(get):
+        keys = {k for c in cals for k in get(c)}
+        return {k: med([get(c)[k] for c in cals if k in get(c)]) for k in sorted(keys)}
+
+    first = cals[0]
+    coll_keys = {k for c in cals for k in c.collective_s}
+    return CPURuntimeCalibration(
+        fingerprint=first.fingerprint, cores=first.cores,
+        flops_s=med([c.flops_s for c in cals]), bytes_s=med([c.bytes_s for c in cals]),
+        overhead_s=med([c.overhead_s for c in cals]), layer_overhead_s=med([c.layer_overhead_s for c in cals]),
+        optimizer_s_per_param=med([c.optimizer_s_per_param for c in cals]),
+        slowdown=keyed(lambda c: c.slowdown),
+        collective_s={k: keyed(lambda c, k=k: c.collective_s.get(k, {})) for k in sorted(coll_keys)},
+        overlap=keyed(lambda c: c.overlap),
+        measured={"runs": [dict(c.measured, summary=c.summary()) for c in cals]},
+        source=source or f"median of {len(cals)} measurement(s)")
+
+
+def calibrate(*, worlds: Sequence[int] = (2, 4), cache_dir: str | os.PathLike | None = None,
+              use_cache: bool = True, runs: int = 3, batch_sizes: Sequence[int] = (2, 4, 8), repeats: int = 9,
+              progress: bool = False) -> CPURuntimeCalibration:
+    """The cached calibration of this machine, or a new one that is then cached: the field by
+    field median of ``runs`` independent measurements (about 50 s each on 2 cores), since one
+    measurement on a shared machine can be ±20% off.
+
+    A cached calibration that lacks some of ``worlds`` is extended (measured ``runs`` times) and
+    saved."""
     path = cache_path(cache_dir)
     cal = None
     if use_cache and path.exists():
@@ -275,32 +626,36 @@ def calibrate(*, worlds: Sequence[int] = (2, 4), cache_dir: str | os.PathLike | 
             cal = CPURuntimeCalibration.from_dict(json.loads(path.read_text()))
         except (ConfigError, json.JSONDecodeError) as e:
             logger.warning("cpu_runtime: ignoring unreadable calibration %s (%s)", path, e)
-    missing = sorted({1, *worlds} - set(cal.slowdown) if cal else set())
-    if cal is not None and not missing:
-        return cal
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        t0 = time.perf_counter()
-        if cal is None:
-            if progress:
-                print("cpu_runtime: timing the probe's layers ...", file=sys.stderr, flush=True)
-            flops_s, bytes_s, overhead_s, measured = fit_rates(batch_sizes, repeats=repeats, progress=False)
-            if progress:
-                print(f"cpu_runtime: timing {', '.join(map(str, sorted(set(worlds) | {1})))} concurrent "
-                      "process(es) ...", file=sys.stderr, flush=True)
-            slow, raw = measure_slowdown(worlds)
-            measured["slowdown"] = raw
-            cal = CPURuntimeCalibration(
-                fingerprint=machine_fingerprint(), cores=os.cpu_count() or 1, flops_s=flops_s, bytes_s=bytes_s,
-                overhead_s=overhead_s, slowdown=slow, batch_sizes=tuple(batch_sizes), measured=measured,
-                source=f"measured {time.strftime('%Y-%m-%d %H:%M')} in {time.perf_counter() - t0:.1f} s")
-        else:
+    say = (lambda msg: print(f"cpu_runtime: {msg}", file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    load = os.getloadavg()[0]
+    if load > 0.5 * (os.cpu_count() or 1) and (cal is None or not set(worlds) <= set(cal.slowdown)):
+        logger.warning("cpu_runtime: the machine is busy (load average %.1f on %d cores): the calibration will "
+                       "see the other load; re-run calibrate(use_cache=False) when it is idle", load,
+                       os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    if cal is not None:
+        missing = sorted(set(worlds) - (set(cal.slowdown) & {n for n, _ in cal.collective_s}) - {1})
+        if not missing:
+            return cal
+        parts = []
+        for _ in range(max(runs, 1)):
             slow, raw = measure_slowdown(missing)
-            cal = dataclasses.replace(cal, slowdown={**cal.slowdown, **slow},
-                                      measured={**cal.measured, "slowdown_more": raw})
-    finally:
-        torch.set_num_threads(threads)
+            coll, ov, craw = measure_collectives(missing)
+            parts.append(dataclasses.replace(cal, slowdown=slow, collective_s=coll, overlap=ov,
+                                             measured={"slowdown": raw, "collectives": craw}))
+        more = combine(parts)
+        cal = dataclasses.replace(cal, slowdown={**cal.slowdown, **more.slowdown},
+                                  collective_s={**cal.collective_s, **more.collective_s},
+                                  overlap={**cal.overlap, **more.overlap},
+                                  measured={**cal.measured, f"runs_for_{'_'.join(map(str, missing))}":
+                                            more.measured["runs"]})
+    else:
+        cals = []
+        for i in range(max(runs, 1)):
+            say(f"measurement {i + 1} of {runs}")
+            cals.append(measure_once(worlds, batch_sizes=batch_sizes, repeats=repeats, say=say))
+        cal = combine(cals, source=f"median of {len(cals)} measurements, {time.strftime('%Y-%m-%d %H:%M')}, "
+                                   f"{time.perf_counter() - t0:.0f} s")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(cal.to_dict(), indent=1) + "\n")

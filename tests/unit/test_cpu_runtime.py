@@ -1,0 +1,181 @@
+"""CPU runtime calibration: rates relative to any cluster's peaks, the slowdown of processes
+sharing cores, in-step collectives and overlap, shared-core pipelines, the JSON cache, and (slow)
+a real measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from galvatron_fx.cluster import Collective, default_local_cpu
+from galvatron_fx.cost_models import cpu_runtime
+from galvatron_fx.cost_models.communication import CommModel
+from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, cost_model, efficiency
+from galvatron_fx.cost_models.pipeline import StageCost, simulate
+from galvatron_fx.errors import ConfigError
+
+
+def _cal(**kw) -> CPURuntimeCalibration:
+    base = dict(fingerprint="f" * 16, cores=2, flops_s=60e9, bytes_s=100e9, overhead_s=40e-6,
+                slowdown={1: 1.0, 2: 1.1, 4: 2.3}, source="test")
+    return CPURuntimeCalibration(**{**base, **kw})
+
+
+def test_efficiency_is_relative_to_the_clusters_peaks_and_stretched_by_the_slowdown():
+    cal = _cal()
+    for world, s in ((2, 1.1), (4, 2.3)):
+        cl = default_local_cpu(world)  # 20 GFLOP/s, 10 GB/s peaks
+        eff = efficiency(cal, cl)
+        assert eff.matmul == pytest.approx(60e9 / (20e9 * s))
+        assert eff.memory == pytest.approx(100e9 / (10e9 * s))
+        assert eff.overhead_s == pytest.approx(40e-6 * s)
+        # a kernel costs its roofline at the calibrated one-process rate plus the overhead, stretched
+        flops, nbytes = 6e6, 1e5
+        want = s * (max(flops / 60e9, nbytes / 100e9) + 40e-6)
+        assert cost_model(cl, cal).node_time_s(flops, nbytes) == pytest.approx(want)
+
+
+def test_the_same_calibration_gives_the_same_seconds_on_a_cluster_with_other_peaks():
+    cal = _cal()
+    cl = default_local_cpu(2)
+    spec = cl.device(0)
+    faster = dataclasses.replace(spec, peak_flops={"float32": 99e9}, memory_bandwidth_bytes_s=29e9)
+    cl2 = dataclasses.replace(cl, device_specs={spec.kind: faster})
+    a, b = cost_model(cl, cal), cost_model(cl2, cal)
+    for flops, nbytes in ((1e8, 1e6), (1e3, 1e7)):
+        assert a.node_time_s(flops, nbytes) == pytest.approx(b.node_time_s(flops, nbytes))
+
+
+def test_unmeasured_process_counts_scale_from_the_nearest_measured_one():
+    cal = _cal()
+    assert cal.slowdown_for(4) == 2.3
+    assert cal.slowdown_for(8) == pytest.approx(2.3 * 8 / 4)  # beyond the cores: N / N'
+    assert cal.slowdown_for(3) == pytest.approx(1.1 * 3 / 2)  # ties go to the smaller count
+    bare = _cal(slowdown={})
+    assert bare.slowdown_for(1) == 1.0 and bare.slowdown_for(2) == 1.0 and bare.slowdown_for(6) == 3.0
+
+
+def test_collectives_are_stretched_by_the_measured_in_step_ratio_of_their_group_size():
+    cl = default_local_cpu(4)
+    base = CommModel(cl)
+    sizes = (4096, 1 << 20)
+    # in-step all-reduces: 3× the fit for groups of 4, 2× for groups of 2
+    per = {(4, 4): {b: 3 * base.time_s(Collective.ALL_REDUCE, b, 4) for b in sizes},
+           (4, 2): {b: 2 * base.time_s(Collective.ALL_REDUCE, b, 2) for b in sizes},
+           (2, 2): {b: 9 * base.time_s(Collective.ALL_REDUCE, b, 2) for b in sizes}}  # another world: unused
+    cm = cost_model(cl, _cal(collective_s=per))
+    assert cpu_runtime.comm_factors(_cal(collective_s=per), cl) == pytest.approx({4: 3.0, 2: 2.0})
+    for coll in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE):
+        assert cm.collective_time_s(coll, 1 << 18, [0, 1, 2, 3]) == pytest.approx(3 * base.time_s(coll, 1 << 18, 4))
+        assert cm.collective_time_s(coll, 1 << 18, [2, 3]) == pytest.approx(2 * base.time_s(coll, 1 << 18, 2))
+    # the reshard cost (what the intra-layer ILP pays) goes through the same stretched model
+    assert cm.comm.time_s(Collective.ALL_GATHER, 1 << 18, 2) == pytest.approx(2 * base.time_s("all_gather", 1 << 18, 2))
+    # without measurements: the cluster's own figures
+    plain = cost_model(cl, _cal())
+    assert plain.collective_time_s("all_reduce", 1 << 18, 4) == pytest.approx(base.time_s("all_reduce", 1 << 18, 4))
+
+
+def test_overlap_uses_the_measured_slowdown_of_the_whole_world_group():
+    cl = default_local_cpu(4)
+    cm = cost_model(cl, _cal(overlap={(4, 4): 1.2, (4, 2): 1.5, (2, 2): 3.0}))
+    assert cm.overlapped_s(10.0, 4.0) == pytest.approx(12.0)  # max(10, 4) × 1.2
+    assert cm.overlapped_s(10.0, 1.0) == pytest.approx(11.0)  # never above running one after the other
+    assert cm.overlapped_s(1.0, 10.0) == pytest.approx(11.0)
+    assert cost_model(cl, _cal()).overlapped_s(10.0, 4.0) == pytest.approx(
+        CommModel(cl).overlapped_s(10.0, 4.0))  # none measured: the cluster's
+
+
+def test_pipelines_on_shared_cores_are_bounded_by_the_busiest_ranks_stretched_work():
+    cal = _cal(slowdown={1: 1.0, 4: 2.0})
+    cm = cost_model(default_local_cpu(4), cal)
+    stages = [StageCost(fwd_s=1.0, bwd_s=2.0), StageCost(fwd_s=1.0, bwd_s=2.0)]  # stretched by 2 already
+    m = 4
+    res = cm.simulate_pipeline("1f1b", stages, m)
+    unstretched = simulate("1f1b", [StageCost(fwd_s=0.5, bwd_s=1.0)] * 2, m)
+    assert unstretched.step_time_s == pytest.approx(7.5)  # (m + pp − 1) × 1.5
+    assert res.step_time_s == pytest.approx(12.0)  # the busiest rank: m × 3 stretched seconds
+    # four stages, one micro-batch: the (unstretched) critical path is longer than any rank's work
+    res1 = cm.simulate_pipeline("gpipe", stages * 2, 1)
+    assert res1.step_time_s == pytest.approx(4 * 0.5 + 4 * 1.0)
+    # no slowdown: exactly the plain simulation
+    flat = cost_model(default_local_cpu(2), _cal(slowdown={1: 1.0, 2: 1.0}))
+    assert flat.simulate_pipeline("1f1b", stages, m).step_time_s == pytest.approx(
+        simulate("1f1b", stages, m).step_time_s)
+
+
+def test_json_round_trip_and_errors():
+    cal = _cal(measured={"x": [1, 2]}, collective_s={(4, 2): {4096: 1e-3}}, overlap={(4, 4): 1.1})
+    again = CPURuntimeCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again == cal
+    with pytest.raises(ConfigError, match="schema"):
+        CPURuntimeCalibration.from_dict({**cal.to_dict(), "schema_version": 99})
+    with pytest.raises(ConfigError, match="flops_s"):
+        _cal(flops_s=0.0)
+    with pytest.raises(ConfigError, match="slowdown"):
+        _cal(slowdown={2: -1.0})
+    with pytest.raises(ConfigError, match="collective_s"):
+        _cal(collective_s={(4, 3): {4096: 1e-3}})
+    with pytest.raises(ConfigError, match="overlap"):
+        _cal(overlap={(4, 4): 0.5})
+    bad = cal.to_dict()
+    del bad["bytes_s"]
+    with pytest.raises(ConfigError, match="malformed"):
+        CPURuntimeCalibration.from_dict(bad)
+
+
+def test_calibrate_uses_the_cache_and_measures_only_missing_process_counts(tmp_path, monkeypatch):
+    cal = _cal(fingerprint=cpu_runtime.machine_fingerprint(), collective_s={(2, 2): {4096: 1e-3}, (4, 4): {4096: 2e-3}},
+               overlap={(2, 2): 1.1})
+    path = cpu_runtime.cache_path(tmp_path)
+    path.write_text(json.dumps(cal.to_dict()))
+
+    def no_measuring(*a, **k):
+        raise AssertionError("a cached calibration must not be re-measured")
+
+    for name in ("fit_rates", "fit_runtime_overhead", "measure_slowdown", "measure_collectives"):
+        monkeypatch.setattr(cpu_runtime, name, no_measuring)
+    assert cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2, 4)) == cal
+
+    asked = []
+
+    def slowdown(worlds, **k):
+        asked.append(("slowdown", tuple(worlds)))
+        return {1: 1.0, **{n: 3.9 for n in worlds}}, {"n": list(worlds)}
+
+    def collectives(worlds, **k):
+        asked.append(("collectives", tuple(worlds)))
+        return {(n, n): {4096: 5e-3} for n in worlds}, {(n, n): 1.3 for n in worlds}, {}
+
+    monkeypatch.setattr(cpu_runtime, "measure_slowdown", slowdown)
+    monkeypatch.setattr(cpu_runtime, "measure_collectives", collectives)
+    more = cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2, 8), runs=2)
+    assert asked == [("slowdown", (8,)), ("collectives", (8,))] * 2
+    assert more.slowdown == {1: 1.0, 2: 1.1, 4: 2.3, 8: 3.9}
+    assert more.collective_s[(8, 8)] == {4096: 5e-3} and more.overlap[(8, 8)] == 1.3
+    assert (more.flops_s, more.overhead_s) == (cal.flops_s, cal.overhead_s)
+    assert CPURuntimeCalibration.from_dict(json.loads(path.read_text())) == more
+
+
+def test_combine_takes_field_by_field_medians():
+    runs = [_cal(flops_s=f, slowdown={1: 1.0, 2: s}, collective_s={(2, 2): {4096: t}}, overlap={(2, 2): o},
+                 measured={"i": i})
+            for i, (f, s, t, o) in enumerate([(50e9, 1.3, 3e-3, 1.2), (70e9, 1.0, 1e-3, 1.0), (60e9, 1.1, 2e-3, 1.1)])]
+    cal = cpu_runtime.combine(runs)
+    assert (cal.flops_s, cal.slowdown[2], cal.collective_s[(2, 2)][4096], cal.overlap[(2, 2)]) == (60e9, 1.1, 2e-3, 1.1)
+    assert [r["i"] for r in cal.measured["runs"]] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
+    cal = cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
+    assert 1e9 < cal.flops_s < 1e13 and 1e8 < cal.bytes_s < 1e13
+    assert 0 < cal.overhead_s < 1e-2 and cal.optimizer_s_per_param > 0
+    # the fit reproduces the probe's own layer times within a factor of 2 each
+    assert all(abs(math.log1p(e)) < math.log(2) for e in cal.measured["runs"][0]["layer_fit_rel_errors"])
+    assert 0.5 < cal.slowdown[2] < 10
+    assert set(cal.collective_s) == {(2, 2)} and all(t >= 0 for t in cal.collective_s[(2, 2)].values())
+    assert cal.overlap[(2, 2)] >= 1.0
+    assert cpu_runtime.cache_path(tmp_path).exists()
