@@ -62,10 +62,8 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import datetime
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -74,6 +72,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_results  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "dist"))
+from harness import free_port, init_gloo  # noqa: E402  (one gloo set-up for tests and benchmarks)
 
 MODEL, SEQ_LEN, GLOBAL_BATCH = "gpt-tiny", 128, 16
 WARMUP_STEPS, TIMED_STEPS, QUICK_TIMED_STEPS = 2, 8, 4
@@ -266,30 +267,13 @@ def make_plans(specs: list[Spec], mg, clusters: dict, models: dict) -> list[dict
 
 # ---- measuring -----------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _init(rank: int, world: int, port: int) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    # a rank that fails mid-collective must not leave the others waiting for gloo's 30 minutes
-    timeout = datetime.timedelta(seconds=int(os.environ.get("GFX_BENCH_PG_TIMEOUT", "120")))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
-
-
 def _profile_worker(rank: int, world: int, port: int, cache_dir: str | None) -> None:
     """A quick hardware profile of this machine for ``world`` processes (as ``examples/train.py``)."""
     import torch.distributed as dist
 
     from galvatron_fx.profiler.hardware import profile_hardware
 
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     try:
         profile_hardware(sizes_bytes=(4096, 65536, 2**20), repeats=2, warmup=1, matmul_sizes=(128, 256),
                          dtypes=("float32",), attention_seq_lens=(64,), cache_dir=cache_dir, use_cache=False,
@@ -308,7 +292,7 @@ def ensure_profile(world: int, cache_dir: str | None) -> str:
     if path.exists():
         return f"cached {path}"
     t0 = time.perf_counter()
-    mp.spawn(_profile_worker, args=(world, _free_port(), cache_dir), nprocs=world)
+    mp.spawn(_profile_worker, args=(world, free_port(), cache_dir), nprocs=world)
     return f"measured now ({time.perf_counter() - t0:.1f} s), cached at {path}"
 
 
@@ -356,7 +340,7 @@ def _measure_worker(rank: int, world: int, port: int, job_path: str) -> None:
     from galvatron_fx.ir.plan import ParallelPlan
 
     job = json.loads(Path(job_path).read_text())
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     out: dict[str, dict] = {}
     live: dict[str, tuple] = {}
 
@@ -417,7 +401,7 @@ def measure(world: int, plans: dict[str, str], *, steps: int, cache_dir: str | N
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"plans": plans, "steps": steps, "warmup": WARMUP_STEPS, "cache_dir": cache_dir}))
         try:
-            mp.spawn(_measure_worker, args=(world, _free_port(), str(job)), nprocs=world)
+            mp.spawn(_measure_worker, args=(world, free_port(), str(job)), nprocs=world)
         except Exception as e:  # a rank died (a plan failing mid-collective): keep what the ranks wrote
             print(f"world {world}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}", file=sys.stderr)
         files = [Path(tmp) / f"rank{r}.json" for r in range(world)]

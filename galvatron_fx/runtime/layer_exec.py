@@ -488,8 +488,3 @@ class LayerExecutor(nn.Module):
         for k, p in self.params.items():
             if k not in self._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                 p.grad = p.grad.redistribute(p.device_mesh, p.placements)
-
-    def named_fqn_parameters(self):
-        """``(fqn, parameter)`` pairs, in the user's names."""
-        for key, p in self.params.items():
-            yield self.fqn_of_key[key], p
