@@ -197,6 +197,83 @@ class _AsDTensor(torch.autograd.Function):
         return local, None, None, None, None
 
 
+def drop_unused_ops(gm: fx.GraphModule) -> int:
+    """Remove ATen ops whose results nothing reads; returns how many.
+
+    fx's own dead-code elimination keeps ops tagged ``nondeterministic_seeded``, and AOTAutograd's
+    backward graph can hold such a leftover: the CPU flash-attention forward (its dropout makes it
+    "seeded" even at ``dropout_p=0``), recomputed and discarded in every attention layer's
+    backward. Mutating ops and collectives are kept."""
+    removed = 0
+    for n in reversed(list(gm.graph.nodes)):
+        t = n.target
+        if n.op != "call_function" or n.users or not isinstance(t, torch._ops.OpOverload):
+            continue
+        if t._schema.is_mutable or t.namespace in ("_c10d_functional", "c10d_functional", "_dtensor"):
+            continue
+        gm.graph.erase_node(n)
+        removed += 1
+    if removed:
+        gm.graph.lint()
+        gm.recompile()
+    return removed
+
+
+class _GraphPair:
+    """A layer's traced forward and backward graphs and how to call them: the forward returns
+    the user outputs then the tensors saved for backward; the backward takes the saved tensors,
+    then one gradient per output that requires grad, and returns one gradient per input."""
+
+    def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool]):
+        self.fw, self.bw = fw.forward, bw.forward
+        self.num_outputs = num_outputs
+        self.out_grad = out_grad
+        self.any_constant = not all(out_grad)
+
+    @classmethod
+    def make(cls, fw: fx.GraphModule, bw: fx.GraphModule, out_grad: list[bool]) -> _GraphPair | None:
+        """The pair, or None when the graphs do not have that simple form (input mutations,
+        outputs AOTAutograd regenerates, saved symbolic sizes): AOTAutograd's own runtime, which
+        handles every case, keeps running them."""
+        (fw_out,) = [n for n in fw.graph.nodes if n.op == "output"]
+        returned = len(fw_out.args[0])
+        ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
+        tangents = [n for n in ph if n.name.startswith("tangents")]
+        saved = ph[:len(ph) - len(tangents)]
+        simple = (ph[len(saved):] == tangents
+                  and all(isinstance(n.meta.get("val"), torch.Tensor) for n in saved)
+                  and returned - len(saved) == len(out_grad)
+                  and len(tangents) == sum(out_grad))
+        if not simple:
+            log.debug("lowered layer keeps AOTAutograd's runtime: %d returned, %d saved, %d tangents, %d outputs",
+                      returned, len(saved), len(tangents), len(out_grad))
+            return None
+        return cls(fw, bw, len(out_grad), out_grad)
+
+
+class _RunGraphs(torch.autograd.Function):
+    """A :class:`_GraphPair` as one autograd node, with none of AOTAutograd's runtime wrappers
+    (about 0.8 ms of Python per layer and backward on a CPU, more than the layer's small ops)."""
+
+    @staticmethod
+    def forward(ctx, graphs: _GraphPair, *args):
+        outs = graphs.fw(*args)
+        n = graphs.num_outputs
+        ctx.graphs = graphs
+        ctx.save_for_backward(*outs[n:])
+        user = tuple(outs[:n])
+        if graphs.any_constant:
+            ctx.mark_non_differentiable(*(o for o, g in zip(user, graphs.out_grad) if not g))
+        return user
+
+    @staticmethod
+    def backward(ctx, *grads):
+        graphs = ctx.graphs
+        # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)
+        tangents = [g.contiguous() for g, req in zip(grads, graphs.out_grad) if req]
+        return (None, *graphs.bw(*ctx.saved_tensors, *tangents))
+
+
 class _Lowered:
     """One layer as a traced graph of plain local tensors.
 
@@ -240,19 +317,43 @@ class _Lowered:
                     self.out_consts[i] = o
             return tuple(ret)
 
-        def run_eagerly(gm, _example_inputs):
-            return make_boxed_func(gm.forward)
+        def compiler(slot: str | None):
+            def run_eagerly(gm, _example_inputs):
+                drop_unused_ops(gm)
+                if slot is not None:
+                    self._graphs[slot] = gm
+                return make_boxed_func(gm.forward)
+            return run_eagerly
 
         # AOTAutograd keeps the first trace: one for training, one for no-grad calls
-        self.fn = {mode: aot_function(traced, run_eagerly, run_eagerly) for mode in (True, False)}
+        self._graphs: dict[str, fx.GraphModule] = {}
+        self.fn = {True: aot_function(traced, compiler("fw"), compiler("bw")),
+                   False: aot_function(traced, compiler(None), compiler(None))}
+        self.graphs: _GraphPair | None = None  # the training graphs, run without AOT's wrappers
+        self._out_grad: list[bool] | None = None  # which outputs of a training call require grad
 
-    def __call__(self, ex: LayerExecutor, xs):
-        specs = [(tuple(x.placements), x.shape, x.stride()) for x in xs]
+    def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False):
+        """Run on ``xs``: DTensors, or plain local tensors already in the recorded layout of
+        their position (:class:`LocalValue` handed on by the caller, which checked
+        :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no
+        ``from_local``; the next lowered layer takes the local tensor as it is)."""
+        specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
         if self.in_specs is None:
+            if None in specs:
+                raise ValueError("a lowered layer's first call takes DTensors (it records their layouts)")
             self.in_specs = specs
-        elif specs != self.in_specs:
+        elif any(s is not None and s != want for s, want in zip(specs, self.in_specs)):
             raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
-        flat = self.fn[torch.is_grad_enabled()](*ex.local_params(), *(x.to_local() for x in xs))
+        args = (*ex.local_params(), *(x.to_local() if isinstance(x, DTensor) else x for x in xs))
+        if not torch.is_grad_enabled():
+            flat = self.fn[False](*args)
+        elif self.graphs is not None:
+            flat = _RunGraphs.apply(self.graphs, *args)
+        else:
+            flat = self.fn[True](*args)
+            self._out_grad = [t.requires_grad for t in flat]
+            if "bw" in self._graphs:  # AOT compiles the backward at the first backward
+                self.graphs = _GraphPair.make(self._graphs["fw"], self._graphs["bw"], self._out_grad)
         it = iter(zip(flat, self.out_specs))
         leaves = []
         for i in range(len(flat) + len(self.out_consts)):
@@ -260,9 +361,45 @@ class _Lowered:
                 leaves.append(self.out_consts[i])
                 continue
             t, spec = next(it)
-            leaves.append(t if spec is None else
-                          DTensor.from_local(t, self.mesh, spec[0], run_check=False, shape=spec[1], stride=spec[2]))
+            if spec is None or unwrapped:
+                leaves.append(t)
+            else:
+                leaves.append(DTensor.from_local(t, self.mesh, spec[0], run_check=False, shape=spec[1],
+                                                 stride=spec[2]))
         return tree_unflatten(leaves, self.out_tree)
+
+    def rewrap(self, outs):
+        """Outputs of an ``unwrapped`` call with their DTensor leaves as :class:`LocalValue`."""
+        leaves, tree = tree_flatten(outs)
+        it = iter(self.out_specs)
+        for i, t in enumerate(leaves):
+            if i not in self.out_consts:
+                spec = next(it)
+                if spec is not None:
+                    leaves[i] = LocalValue(t, self.mesh, *spec)
+        return tree_unflatten(leaves, tree)
+
+    def accepts(self, i: int, v: LocalValue) -> bool:
+        """Whether input ``i`` may be ``v``'s local tensor as it is (same mesh and layout as
+        recorded at the trace)."""
+        return self.in_specs is not None and v.mesh is self.mesh and \
+            self.in_specs[i] == (v.placements, v.shape, v.stride)
+
+
+class LocalValue:
+    """A DTensor not yet wrapped: its local tensor and layout. Lowered layers hand their outputs
+    on as these, so that a value passing between two lowered layers in the same layout costs no
+    ``from_local``/``to_local`` pair (two autograd nodes and two DTensors per value, each way);
+    :meth:`dtensor` wraps it where a DTensor is needed."""
+
+    __slots__ = ("local", "mesh", "placements", "shape", "stride")
+
+    def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, stride):
+        self.local, self.mesh, self.placements, self.shape, self.stride = local, mesh, placements, shape, stride
+
+    def dtensor(self) -> DTensor:
+        return DTensor.from_local(self.local, self.mesh, self.placements, run_check=False, shape=self.shape,
+                                  stride=self.stride)
 
 
 class LayerExecutor(nn.Module):
@@ -337,10 +474,15 @@ class LayerExecutor(nn.Module):
 
     # -- forward ------------------------------------------------------------------------------
 
-    def forward(self, *xs: DTensor):
+    def forward(self, *xs: DTensor | torch.Tensor, unwrapped: bool = False):
+        """The layer's outputs (DTensors) for its inputs laid out as :meth:`input_placements`
+        says. ``unwrapped`` (for callers that chain lowered layers): inputs may also be local
+        tensors the lowered graph :meth:`_Lowered.accepts`, and DTensor outputs come back as
+        their local tensors (:meth:`_Lowered.rewrap` gives their layouts). Called as a module
+        (``ex(*xs, unwrapped=True)``), so that FSDP's hooks see it."""
         assert len(xs) == len(self._inputs), f"expected {len(self._inputs)} inputs, got {len(xs)}"
         if self.lowered is not None:
-            return self.lowered(self, xs)
+            return self.lowered(self, xs, unwrapped=unwrapped)
         return self._interpret(xs)
 
     def _interpret(self, xs, params: dict | None = None):

@@ -43,6 +43,7 @@ The optimizer must be built after the ``ParallelModule`` (it sees the sharded pa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import operator
 from collections.abc import Sequence
@@ -61,7 +62,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
-from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
+from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, LocalValue, _tensor_args
 from galvatron_fx.runtime.buckets import GradBucketer
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
@@ -195,7 +196,9 @@ class ParallelModule(nn.Module):
                 self.option_source[-1] = "re-solved"
             ex = _Executor.from_model(mg, layer, option, mesh, model, decomposed=dl)
             ex.compute_dtype = self.compute_dtype if self.compute_dtype != torch.float32 else None
-            ex.input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
+            input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
+            # per forward input: the value it reads and the tp placement the plan wants
+            ex.feeds = [(input_name_of[ph.name], pl[1]) for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
             self._shard(ex, lp, last_with_params=i == last_with_params)
@@ -207,7 +210,8 @@ class ParallelModule(nn.Module):
                 key = (layer.kind, tuple(sorted(option.placements.items())), (lp.dp, st.tp), ex.fsdp)
                 ex.lower(share_with=traced.setdefault(key, ex))
             wrap = checkpoint_fn(st.recompute)
-            self._ckpt.append(wrap(ex) if wrap is not None else ex)
+            run = functools.partial(ex, unwrapped=True)
+            self._ckpt.append(wrap(run) if wrap is not None else run)
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
         self._bucketers = self._grad_bucketers()
         self.num_microbatches = plan.num_microbatches
@@ -297,14 +301,21 @@ class ParallelModule(nn.Module):
         return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
 
     # ---- forward ----------------------------------------------------------------------------
-    def _layout_input(self, ex: LayerExecutor, name: str, tp_p: Placement, env: dict, batched: set[str]) -> DTensor:
-        """Layer input ``name`` laid out for ``ex``: a value of an earlier layer keeps its dp
-        placement and takes the planned tp one (a transition); a full tensor (user input, buffer)
-        is distributed, batch-sharded on dp when it is a batched user input."""
+    def _layout_input(self, ex: LayerExecutor, i: int, name: str, tp_p: Placement, env: dict,
+                      batched: set[str]) -> DTensor | torch.Tensor:
+        """Layer input ``name`` (the executor's input ``i``) laid out for ``ex``: a value of an
+        earlier layer keeps its dp placement and takes the planned tp one (a transition); a full
+        tensor (user input, buffer) is distributed, batch-sharded on dp when it is a batched user
+        input. A :class:`LocalValue` already in the layout ``ex``'s lowered graph was traced for
+        is passed as its local tensor."""
         mesh = ex.mesh
         tp_p = R if isinstance(tp_p, Partial) else tp_p  # a planned P input is made by the executor
         if name in env:
             v = env[name]
+            if isinstance(v, LocalValue):
+                if ex.lowered is not None and ex.lowered.accepts(i, v):
+                    return v.local
+                v = env[name] = v.dtensor()
             if isinstance(v, DTensor):
                 dp_p = R if isinstance(v.placements[0], Partial) else v.placements[0]
                 return reshard(v, mesh, (dp_p, tp_p))
@@ -316,7 +327,15 @@ class ParallelModule(nn.Module):
         if full.is_floating_point() and full.dtype != self.compute_dtype:
             full = full.to(self.compute_dtype)  # mixed precision: float inputs and buffers too
         # every rank holds the same full tensor: each takes its piece, no collective
-        return distribute_tensor(full, mesh, [Shard(0) if name in batched else R, tp_p], src_data_rank=None)
+        dp_p = Shard(0) if name in batched else R
+        if ex.lowered is not None and isinstance(tp_p, Replicate) and full.ndim >= 1:
+            # the piece straight away, for a graph that takes it (DTensor's even Shard(0) split)
+            dp = mesh.size(0)
+            local = full if dp_p is R else full.chunk(dp)[mesh.get_local_rank(0)]
+            v = LocalValue(local, mesh, (dp_p, tp_p), full.shape, full.stride())
+            if (dp_p is R or full.shape[0] % dp == 0) and ex.lowered.accepts(i, v):
+                return local
+        return distribute_tensor(full, mesh, [dp_p, tp_p], src_data_rank=None)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
@@ -341,22 +360,22 @@ class ParallelModule(nn.Module):
     def _loss(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
         ``Partial(avg)`` over dp): no collective."""
-        names = self.mg.input_names
-        env: dict[str, object] = dict(zip(names, inputs))
-        self.run_layers(env)
-        (loss,) = [env[n] for n in self.mg.output_names]
+        (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names)
         return loss
 
-    def run_layers(self, env: dict[str, object]) -> None:
+    def run_layers(self, env: dict[str, object], outputs: Sequence[str]) -> list:
         """Run this module's layers on ``env`` (value name -> DTensor, or a full tensor for user
-        inputs), adding their outputs to it."""
+        inputs), adding their outputs to it; returns the values named ``outputs`` (DTensors for
+        layer outputs). Between lowered layers values travel unwrapped (:class:`LocalValue`)."""
         batched = {n for n in self.mg.input_names if n in env and getattr(env[n], "ndim", 0) >= 1}
         for ex, run in zip(self.executors, self._ckpt):
-            xs = [self._layout_input(ex, ex.input_name_of[ph.name], pl[1], env, batched)
-                  for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
+            xs = [self._layout_input(ex, i, name, tp_p, env, batched) for i, (name, tp_p) in enumerate(ex.feeds)]
             outs = run(*xs)
+            if ex.lowered is not None:
+                outs = ex.lowered.rewrap(outs)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             env.update(zip(ex.layer_outputs, outs))
+        return [v.dtensor() if isinstance(v, LocalValue) else v for v in (env[n] for n in outputs)]
 
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -414,21 +433,32 @@ class ParallelModule(nn.Module):
             mb = [c[i] for c in chunks]
             self._check_inputs(mb)
             loss = self._loss(mb)
-            # backward from the partial loss: the same gradients as through full_tensor(), whose
-            # backward is a local step; the value is reduced once, after the optimizer step
-            local = loss.to_local() if isinstance(loss, DTensor) else loss
-            if i == m - 1:  # dp sums overlap the last micro-batch's backward
+            value = loss.detach().float()
+            total = value if total is None else total + value
+            if i == m - 1:
+                # the mean loss is reduced while backward runs (it is a value only: backward
+                # starts from the partial loss, whose own backward is a local step); the dp sums
+                # of the gradients overlap the last micro-batch's backward
+                total = self._reduce_async(total)
                 for bucketer in self._bucketers.values():
                     bucketer.arm()
+            local = loss.to_local() if isinstance(loss, DTensor) else loss
             scale = self.scaler.scale if self.scaler is not None else 1.0
             (local * (scale / m)).backward()
-            total = loss.detach().float() if total is None else total + loss.detach().float()
         self.sync_grads()
         if self.scaler is None or self.scaler.unscale(list(self.parameters())):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        total = total.full_tensor() if isinstance(total, DTensor) else total
         return total.item() / m
+
+    @staticmethod
+    def _reduce_async(value: torch.Tensor) -> torch.Tensor:
+        """``value`` (a DTensor loss) replicated, its collective launched now and waited for
+        when the result is read; a plain tensor as it is."""
+        if not isinstance(value, DTensor):
+            return value
+        mesh = value.device_mesh
+        return value.redistribute(mesh, [R] * mesh.ndim, async_op=True).to_local()
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401

@@ -103,16 +103,15 @@ class _Chunk(nn.Module):
             shape_dp_tp, placements, shape = self.layout[name]
             env[name] = DTensor.from_local(x, self.body.mesh(*shape_dp_tp), placements, run_check=False,
                                            shape=shape, stride=_contiguous_stride(shape))
-        self.body.run_layers(env)
+        values = self.body.run_layers(env, self.out_names)
         if self.is_last:
-            (loss,) = [env[n] for n in self.out_names]
+            (loss,) = values
             if isinstance(loss, DTensor):
                 self.loss_spec = (loss.device_mesh, tuple(loss.placements))
                 loss = loss.to_local()
             return loss.reshape(1)  # the schedule concatenates outputs along dim 0
         outs = []
-        for name in self.out_names:
-            v = env[name]
+        for name, v in zip(self.out_names, values):
             if name in self.layout:
                 _, placements, _ = self.layout[name]
                 if tuple(v.placements) != placements:
