@@ -219,6 +219,36 @@ def drop_unused_ops(gm: fx.GraphModule) -> int:
     return removed
 
 
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def drop_identity_views(gm: fx.GraphModule) -> int:
+    """Replace views to a tensor's own shape and strides (AOTAutograd's graphs hold one per
+    parameter and layer boundary, each a dispatched op at run time), and double transposes, by
+    their input; returns how many. The graphs are functional (no op mutates a view), so the alias
+    is safe. Run :func:`drop_unused_ops` after it."""
+    removed = 0
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is aten.t.default and isinstance(n.args[0], fx.Node) \
+                and n.args[0].op == "call_function" and n.args[0].target is aten.t.default:
+            n.replace_all_uses_with(n.args[0].args[0])  # t(t(x)) is x (a weight gradient's double transpose)
+            gm.graph.erase_node(n)
+            removed += 1
+            continue
+        if n.op != "call_function" or n.target not in _VIEWS or not isinstance(n.args[0], fx.Node):
+            continue
+        src, out = n.args[0].meta.get("val"), n.meta.get("val")
+        if isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor) and src.shape == out.shape \
+                and src.stride() == out.stride() and src.dtype == out.dtype:
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+            removed += 1
+    if removed:
+        gm.graph.lint()
+        gm.recompile()
+    return removed
+
+
 class _GraphPair:
     """A layer's traced forward and backward graphs and how to call them: the forward returns
     the user outputs then the tensors saved for backward; the backward takes the saved tensors,
@@ -320,6 +350,8 @@ class _Lowered:
         def compiler(slot: str | None):
             def run_eagerly(gm, _example_inputs):
                 drop_unused_ops(gm)
+                if slot is not None and drop_identity_views(gm):  # graphs this module runs itself
+                    drop_unused_ops(gm)
                 if slot is not None:
                     self._graphs[slot] = gm
                 return make_boxed_func(gm.forward)

@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import logging
 import operator
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -73,6 +74,10 @@ log = logging.getLogger(__name__)
 __all__ = ["ParallelModule", "device_type", "option_from_plan"]
 
 R = Replicate()
+
+# A lowered layer's outputs are its graph's local tensors, often views; FSDP warns that an in-place
+# op on one would skip its pre-backward hook. The runtime never writes to a layer's output.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
 _MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, see ParallelModule.mesh
 
 
@@ -145,6 +150,17 @@ class _Executor(LayerExecutor):
         return out
 
 
+class _FSDPRoot(nn.Module):
+    """The FSDP root of a :class:`ParallelModule`'s sharded layers (see ``_fsdp_root``)."""
+
+    def __init__(self, units: list[nn.Module]):
+        super().__init__()
+        self.units = nn.ModuleList(units)
+
+    def forward(self) -> None:
+        return None
+
+
 class ParallelModule(nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
@@ -201,13 +217,16 @@ class ParallelModule(nn.Module):
             ex.feeds = [(input_name_of[ph.name], pl[1]) for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
-            self._shard(ex, lp, last_with_params=i == last_with_params)
+        self._shard_all(last_with_params)
+        for i, ex in zip(self.layer_ids, self.executors):
+            layer, lp = mg.layers[i], plan.layers[i]
+            st = lp.strategy
             if not ex.fsdp:
                 ex.localize()
             if lower and st.recompute != "selective":
                 # one trace per (kind, placements, mesh, storage); selective recompute keeps the
                 # interpreter, whose per-op dispatch the selective policy needs
-                key = (layer.kind, tuple(sorted(option.placements.items())), (lp.dp, st.tp), ex.fsdp)
+                key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp)
                 ex.lower(share_with=traced.setdefault(key, ex))
             wrap = checkpoint_fn(st.recompute)
             run = functools.partial(ex, unwrapped=True)
@@ -235,27 +254,77 @@ class ParallelModule(nn.Module):
             self._meshes[(dp, tp)] = _MESHES[key]
         return self._meshes[(dp, tp)]
 
-    def _shard(self, ex: LayerExecutor, lp, *, last_with_params: bool = False) -> None:
-        """ZeRO-2/3 (``dp > 1``): FSDP2 over the layer's dp axis, summing (not averaging) grads.
-        ZeRO-3 reshards after forward, except on the last layer with parameters, whose backward
-        follows at once (FSDP2's own advice; the memory model charges a gathered layer anyway)."""
-        dp_type = str(lp.strategy.dp_type)
-        ex.fsdp = dp_type in ("zero2", "zero3") and lp.dp > 1 and any(True for _ in ex.parameters())
-        if not ex.fsdp:
-            return
-        # FSDP's SPMD form wants every parameter on the very mesh object it is given (meshes are
-        # process-wide, see mesh(), so DTensor's spec cache hands back the same object)
-        meshes = {id(p.device_mesh): p.device_mesh for p in ex.parameters()}
-        if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
-            raise PlanError(f"layer {lp.name}: its parameters are not all on the layer's (dp, tp) mesh "
-                            f"{ex.mesh} (found {list(meshes.values())}); cannot shard them with FSDP")
-        # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
-        mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
-            if ex.compute_dtype is not None else MixedPrecisionPolicy()
-        fully_shard(ex, mesh=ex.mesh, reshard_after_forward=dp_type == "zero3" and not last_with_params,
-                    dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
-        ex.set_gradient_divide_factor(1.0)
-        ex.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
+    def _shard_all(self, last_with_params: int) -> None:
+        """ZeRO-2/3 (``dp > 1``): FSDP2 over each layer's dp axis, summing (not averaging) grads.
+
+        A *unit* is what one ``fully_shard`` call covers: one layer, or the layers that read one
+        tied weight when all are sharded alike (same mesh, same stored layout of the weight, ZeRO
+        on each); those share a single parameter (its gradient sums both uses in autograd) and
+        gather it once, as FSDP's root does for a model's embedding and head. ZeRO-3 reshards after
+        forward, except the unit of the last layer with parameters, whose backward follows at once
+        (FSDP2's own advice; the memory model charges a gathered layer anyway). Every unit then
+        joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
+        context: a gather is prefetched during the backward of the unit after it."""
+        layers = dict(zip(self.layer_ids, self.executors))
+        dp_type = {i: str(self.plan.layers[i].strategy.dp_type) for i in self.layer_ids}
+        for i, ex in layers.items():
+            ex.fsdp = dp_type[i] in ("zero2", "zero3") and self.plan.layers[i].dp > 1 and \
+                any(True for _ in ex.parameters())
+        # units: union of FSDP layers sharing a tied weight stored alike on the same mesh
+        unit = {i: i for i, ex in layers.items() if ex.fsdp}
+
+        def find(i):
+            while unit[i] != i:
+                i = unit[i]
+            return i
+
+        owner: dict[str, tuple[int, str]] = {}  # fqn -> (first layer, key)
+        for i, ex in layers.items():
+            if not ex.fsdp:
+                continue
+            for key, fqn in ex.fqn_of_key.items():
+                if fqn not in owner:
+                    owner[fqn] = (i, key)
+                    continue
+                j, jkey = owner[fqn]
+                a, b = layers[j].params[jkey], ex.params[key]
+                if layers[j].mesh is ex.mesh and tuple(a.placements) == tuple(b.placements) and a.shape == b.shape:
+                    unit[find(i)] = find(j)
+                    ex.params[key] = a  # one parameter for both uses
+        groups: dict[int, list[int]] = {}
+        for i in unit:
+            groups.setdefault(find(i), []).append(i)
+        for members in groups.values():
+            exs = [layers[i] for i in members]
+            ex = exs[0]
+            # FSDP's SPMD form wants every parameter on the very mesh object it is given (meshes
+            # are process-wide, see mesh(), so DTensor's spec cache hands back the same object)
+            meshes = {id(p.device_mesh): p.device_mesh for e in exs for p in e.parameters()}
+            if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
+                raise PlanError(f"layer {self.plan.layers[members[0]].name}: its parameters are not all on the "
+                                f"layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot shard "
+                                "them with FSDP")
+            # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
+            mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
+                if ex.compute_dtype is not None else MixedPrecisionPolicy()
+            reshard = all(dp_type[i] == "zero3" for i in members) and last_with_params not in members
+            fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
+                        dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
+            for e in exs:
+                e.set_gradient_divide_factor(1.0)
+                e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
+        if groups:
+            self._fsdp_root([layers[i] for members in groups.values() for i in members])
+
+    def _fsdp_root(self, units: list[LayerExecutor]) -> None:
+        """An FSDP root over ``units`` (no parameters of its own), run once so that FSDP takes
+        it as the root: the units then share FSDP's state and communication context (backward
+        prefetch, one end-of-backward callback), and a unit of several layers is not taken for a
+        root, which FSDP refuses. Each step's first unit to run does the root's per-step work."""
+        root = _FSDPRoot(units)
+        fully_shard(root, mesh=units[0].mesh, dp_mesh_dims=DataParallelMeshDims(shard="dp"))
+        root()
+        object.__setattr__(self, "_fsdp_root_module", root)  # not a submodule: no parameters of its own
 
     def _resolve(self, layer, dl, st, cost_model) -> LayerOption:
         from galvatron_fx.cluster import Cluster
@@ -266,11 +335,13 @@ class ParallelModule(nn.Module):
         return solve_intra_layer(self.mg, layer, st.tp, st.sp, cm, decomposed=dl, shard_params=st.tp > 1)
 
     def _tied_groups(self) -> list[list[tuple[LayerExecutor, str]]]:
-        by_fqn: dict[str, list[tuple[LayerExecutor, str]]] = {}
+        """Per tied FQN, one ``(executor, key)`` per distinct parameter holding it (layers of one
+        FSDP unit share theirs), where there are several."""
+        by_fqn: dict[str, dict[int, tuple[LayerExecutor, str]]] = {}
         for ex in self.executors:
             for key, fqn in ex.fqn_of_key.items():
-                by_fqn.setdefault(fqn, []).append((ex, key))
-        return [ps for ps in by_fqn.values() if len(ps) > 1]
+                by_fqn.setdefault(fqn, {}).setdefault(id(ex.params[key]), (ex, key))
+        return [list(ps.values()) for ps in by_fqn.values() if len(ps) > 1]
 
     def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
         """Every plain local parameter of a ``dp > 1`` layer joins its dp group's

@@ -29,6 +29,7 @@ CASES = {
         "dp2-full-recompute-m2": ("gpt-tiny", 8, 2, (2, 1, "none", "full")),
         "tp2-selective": ("gpt-tiny", 4, 1, (1, 2, "none", "selective")),
         "llama-tp2-sp": ("llama-tiny", 4, 1, (1, 2, "megatron", "none")),
+        "dp2-zero3-m2": ("gpt-tiny", 8, 2, (2, 1, "none", "none", "zero3")),  # tied embedding/head: one unit
     },
     4: {
         "dp2tp2": ("gpt-tiny", 4, 1, (2, 2, "none", "none")),
@@ -214,6 +215,8 @@ def _case(key: str, world: int, cache: dict) -> dict:
     batches = _batches(gbs, STEPS)
     res, ref_step, opt = compare_training(model, pm, batches, m)
     res["option_source"] = pm.option_source
+    res["num_params"] = len(list(pm.parameters()))
+    res["num_model_params"] = len(list(model.parameters()))
     if key == TIMED and world == 2:
         b = batches[0]
         for label, fn in (("ref_step_s", lambda: ref_step(b)), ("pm_step_s", lambda: pm.train_step(b, opt))):
@@ -498,6 +501,15 @@ def world8(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("key", list(CASES[8]))
 def test_world8_trains_like_one_process(world8, key):
     _check_numerics(world8, key)
+
+
+def test_tied_weight_of_one_fsdp_unit_is_one_parameter(world2):
+    """Embedding and head of a ZeRO-3 plan on one mesh are one FSDP unit sharing the tied weight
+    (as the plain model does); a mixed plan keeps a copy per layout."""
+    r = assert_ok(world2, "dp2-zero3-m2")
+    assert r["num_params"] == r["num_model_params"], r
+    r = assert_ok(world2, "tp2")
+    assert r["num_params"] == r["num_model_params"] + 1, r  # embedding and head store theirs apart
 
 
 def test_executors_follow_the_saved_plan(world4):
