@@ -1,5 +1,6 @@
-"""Checkpoints that reshard: save a :class:`ParallelModule` and its optimizer under one plan and
-world size, load them under another (DESIGN §5, "Checkpoints").
+"""Checkpoints that reshard: save a :class:`ParallelModule` or a pipelined
+:class:`~galvatron_fx.runtime.pipeline.PipelineModule` and its optimizer under one plan and world
+size, load them under another, pipelined or not (DESIGN §5, "Checkpoints").
 
 Contract: :func:`save` and :func:`load` are collective: every rank of the module's process group
 calls them with the same arguments (``extra``: rank 0's value is kept), on a filesystem that every
@@ -8,43 +9,55 @@ rank sees at the same path. The optimizer is an ordinary ``torch.optim`` optimiz
 parameter's shape, like Adam's ``exp_avg``) or scalar (``step``); it may be fresh (empty state)
 when loading. :func:`load_full_state_dict` takes full tensors, identical on every rank.
 
-Terms: a *slot* is one stored copy of a parameter, ``(executor, key)``; a tied weight read by
-two layers has two slots under one FQN (the user's name, ``ex.fqn_of_key[key]``), each in its
-own layout, kept equal. The *layout* of a slot is DTensor's: an FSDP (ZeRO-2/3) parameter is a
-DTensor sharded over dp (``Shard(0)`` or ``_StridedShard(0)``) and as planned over tp; a local
-parameter is this rank's shard of ``(Replicate on dp, tp placement)``, viewed as a DTensor with
-``DTensor.from_local(..., shape=, stride=)`` over the same storage.
+Terms: a *body* is one :class:`ParallelModule` on this rank: the module itself, or each pipeline
+chunk's (a rank of a pipelined plan holds one body per chunk of its stage, and only those
+parameters). A *slot* is one stored copy of a parameter, ``(executor, key)``; a tied weight read
+by two layers has two slots under one FQN (the user's name, ``ex.fqn_of_key[key]``), each in its
+own layout, kept equal; under a pipeline the two may sit on different stages. A slot's ``copy``
+numbers the slots of its FQN on this rank (0, 1, ...); its ``layer`` is the global index of its
+executor's layer. The *owner* of an FQN is its slot at the lowest layer over all ranks: the one
+saved. The *layout* of a slot is DTensor's: an FSDP (ZeRO-2/3) parameter is a DTensor sharded over
+dp (``Shard(0)`` or ``_StridedShard(0)``) and as planned over tp; a local parameter is this
+rank's shard of ``(Replicate on dp, tp placement)``, viewed as a DTensor with
+``DTensor.from_local(..., shape=, stride=)`` over the same storage, on its body's (stage's) mesh.
 
 On disk (one directory, DCP's files plus three of ours)::
 
-    __<rank>_<i>.distcp, .metadata   DCP: ``model.<fqn>`` (each FQN once, from its first slot, as
+    __<rank>_<i>.distcp, .metadata   DCP: ``model.<fqn>`` (each FQN once, from its owner slot, as
                                      a DTensor in its layout), ``model.<buffer fqn>`` (plain,
                                      replicated), ``optim.<fqn>.<state>`` (elementwise state as
                                      DTensors like the parameter; scalars such as ``step`` plain)
     plan.json                        the plan that wrote it (``ParallelPlan.to_json``)
-    trainer_state.pt                 step, extra, the optimizer's hyper-parameters per group
-                                     (matched by FQNs on load) and non-tensor state values
+    trainer_state.pt                 step, extra, the optimizer's hyper-parameters per group of
+                                     every rank (matched by FQNs on load) and non-tensor state values
     manifest.json                    written last: format, version, world size, plan hash, step,
                                      every other file with its size in bytes and sha256
 
-Algorithm (save): rank 0 checks the target and draws a token; every rank writes its shards with
-``dcp.save`` into the sibling ``.<name>.tmp-<token>`` and hashes its own ``__<rank>_*`` files;
-the hashes are gathered to rank 0, which writes ``plan.json``, ``trainer_state.pt`` and, last,
-``manifest.json`` (each fsynced), then swaps the directory in: ``path -> .<name>.old-<token>``,
-``tmp -> path``, removes the old one and any stale siblings of crashed saves. Until the second
-rename the previous checkpoint is untouched at ``path``; between the two renames (a window of two
-syscalls) ``path`` is missing and :func:`load` falls back to the ``.old-*`` sibling. Errors on any
-rank are gathered or broadcast, so every rank raises the same error and none waits in a
-collective.
+Algorithm (save): every rank gathers each FQN's lowest layer (the owner), its optimizer groups,
+non-tensor state and any problem (a foreign parameter, unsupported state) from every rank; rank 0
+checks the target and draws a token; every rank writes the tensors its owner slots (and the
+buffers) hold with ``dcp.save`` into the sibling ``.<name>.tmp-<token>`` (DCP merges the ranks'
+plans: each key comes from the ranks that hold it, replicas written once) and hashes its own
+``__<rank>_*`` files; the hashes are gathered to rank 0, which writes ``plan.json``,
+``trainer_state.pt`` and, last, ``manifest.json`` (each fsynced), then swaps the directory in:
+``path -> .<name>.old-<token>``, ``tmp -> path``, removes the old one and any stale siblings of
+crashed saves. Until the second rename the previous checkpoint is untouched at ``path``; between
+the two renames (a window of two syscalls) ``path`` is missing and :func:`load` falls back to the
+``.old-*`` sibling. Errors on any rank are gathered or broadcast, so every rank raises the same
+error and none waits in a collective.
 
-Algorithm (load): every rank reads the manifest, checks every file's size and the sha256 of its
-round-robin share of the files, reads DCP's metadata and checks it names exactly the module's
-parameters and buffers with their global shapes; the problems of all ranks are gathered, so a
-damaged checkpoint raises the same ``ConfigError`` everywhere. Missing optimizer state is created
-(zeros in the slot's layout, scalars from the metadata's dtype), then ``dcp.load`` fills every
-tensor in place: DCP's planner reads, for each local shard, the overlapping pieces of the saved
-shards, whatever plan or world size wrote them (resharding). A tied weight's later slots are
-loaded by further ``dcp.load`` calls from the same saved entry, each into its own layout.
+Algorithm (load): every rank gathers the keys and global shapes the module expects (the union
+over ranks: stages hold different parameters) and the most copies any rank holds; it reads the
+manifest, checks every file's size and the sha256 of its round-robin share of the files, reads
+DCP's metadata and checks it names exactly those parameters and buffers with their shapes; the
+problems of all ranks are gathered, so a damaged checkpoint raises the same ``ConfigError``
+everywhere. Missing optimizer state is created (zeros in the slot's layout, scalars from the
+metadata's dtype), then ``dcp.load`` fills every tensor this rank holds in place: DCP's planner
+reads, for each local shard, the overlapping pieces of the saved shards, whatever plan or world
+size wrote them (resharding). Later copies of a tied weight (within a body, or across the bodies
+of this rank) are loaded by further ``dcp.load`` calls from the same saved entry, each into its
+own layout; every rank makes as many calls as the rank with the most copies. Buffers are read
+into the first body and copied into the others.
 """
 
 from __future__ import annotations
@@ -58,6 +71,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor, Replicate
@@ -73,6 +88,7 @@ from torch.nn.modules.module import _IncompatibleKeys
 from galvatron_fx.errors import ConfigError
 
 if TYPE_CHECKING:
+    from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.runtime.layer_exec import LayerExecutor
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
@@ -101,14 +117,25 @@ class LoadedCheckpoint:
     resharded: bool  # saved under another plan or world size than the loading module's
 
 
-# ---- slots: one stored copy of a parameter ------------------------------------------------------
+# ---- bodies and slots: the stored copies of the parameters on this rank -------------------------
+
+def _bodies(pm: nn.Module | Sequence[ParallelModule]) -> list[ParallelModule]:
+    """The :class:`ParallelModule` bodies on this rank: ``pm`` itself, a
+    :class:`~galvatron_fx.runtime.pipeline.PipelineModule`'s chunks' bodies, or a list as given."""
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    if isinstance(pm, PipelineModule):
+        return [ch.body for ch in pm.chunks]
+    return list(pm) if isinstance(pm, (list, tuple)) else [pm]
+
 
 @dataclass(frozen=True)
 class _Slot:
     ex: LayerExecutor
     key: str
     fqn: str
-    copy: int  # 0 for the first executor that holds the FQN, 1 for the next, ...
+    copy: int  # 0 for the first executor on this rank that holds the FQN, 1 for the next, ...
+    layer: int = 0  # the global index of the executor's layer
 
     @property
     def param(self) -> torch.Tensor:
@@ -119,14 +146,21 @@ class _Slot:
         return tuple(self.ex._meta[self.key][1])
 
 
-def _slots(pm: ParallelModule) -> list[_Slot]:
+def _slots(pm: nn.Module | Sequence[ParallelModule]) -> list[_Slot]:
+    """Every slot of the bodies on this rank (see :func:`_bodies`), bodies and layers in order."""
     seen: dict[str, int] = {}
     out = []
-    for ex in pm.executors:
-        for key, fqn in ex.fqn_of_key.items():
-            out.append(_Slot(ex, key, fqn, seen.get(fqn, 0)))
-            seen[fqn] = seen.get(fqn, 0) + 1
+    for body in _bodies(pm):
+        for layer, ex in zip(body.layer_ids, body.executors):
+            for key, fqn in ex.fqn_of_key.items():
+                out.append(_Slot(ex, key, fqn, seen.get(fqn, 0), layer))
+                seen[fqn] = seen.get(fqn, 0) + 1
     return out
+
+
+def _buffers(bodies: list[ParallelModule]) -> dict[str, torch.Tensor]:
+    """The buffers (full, equal in every body: each holds all of the model's): the first body's."""
+    return bodies[0]._buffers_full if bodies else {}
 
 
 def _view(slot: _Slot, t: torch.Tensor) -> DTensor:
@@ -158,28 +192,31 @@ def _set_full(slot: _Slot, target: torch.Tensor, full: torch.Tensor) -> None:
     local.copy_(d.to_local())
 
 
-def _optimizer_slots(pm: ParallelModule, optimizer: torch.optim.Optimizer | None) -> dict[int, _Slot]:
+def _optimizer_slots(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None) -> dict[int, _Slot]:
     """id(parameter) -> slot, for every parameter the optimizer holds (all must be the module's)."""
     if optimizer is None:
         return {}
-    by_id = {id(s.param): s for s in _slots(pm)}
+    by_id: dict[int, _Slot] = {}
+    for s in _slots(bodies):  # the first slot of a parameter object (tied layers may share one)
+        by_id.setdefault(id(s.param), s)
     out = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
             if id(p) not in by_id:
                 raise ConfigError(f"the optimizer holds a parameter of shape {tuple(p.shape)} that is not one of this "
-                                  "ParallelModule's: build the optimizer over pm.parameters() after the ParallelModule "
-                                  "(its parameters replace the model's)")
+                                  "module's on this rank: build the optimizer over the module's parameters() after "
+                                  "the module (its parameters replace the model's)")
             out[id(p)] = by_id[id(p)]
     return out
 
 
-def _reshard_fsdp(pm: ParallelModule) -> None:
+def _reshard_fsdp(bodies: list[ParallelModule]) -> None:
     """Put FSDP layers in their sharded state (a ZeRO-2 layer stays unsharded after a forward
     without backward): their registered parameters are then the shards the optimizer steps."""
-    for ex in pm.executors:
-        if getattr(ex, "fsdp", False):
-            ex.reshard()
+    for body in bodies:
+        for ex in body.executors:
+            if getattr(ex, "fsdp", False):
+                ex.reshard()
 
 
 # ---- collective agreement ----------------------------------------------------------------------
@@ -191,6 +228,13 @@ def _agree(problem: str | None) -> None:
     found = list(dict.fromkeys(p for p in problems if p))
     if found:
         raise ConfigError(found[0] if len(found) == 1 else "; ".join(found))
+
+
+def _gather(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
 
 
 def _failure(e: dcp.CheckpointException) -> str:
@@ -346,41 +390,57 @@ def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int,
 
 # ---- save --------------------------------------------------------------------------------------
 
-def _state_to_save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None
-                   ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """DCP's state dict (first slots, buffers, optimizer tensors) and non-tensor state values."""
+def _owners(slots: list[_Slot]) -> dict[str, int]:
+    """FQN -> the lowest layer holding it among ``slots``."""
+    out: dict[str, int] = {}
+    for s in slots:
+        out[s.fqn] = min(out.get(s.fqn, s.layer), s.layer)
+    return out
+
+
+def _state_to_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None,
+                   owner: dict[str, int]) -> dict[str, torch.Tensor]:
+    """DCP's state dict on this rank: the owner slots it holds (``owner``: FQN -> its lowest layer
+    over all ranks; tied copies hold the same values and state), their optimizer tensors, the
+    buffers."""
     state: dict[str, torch.Tensor] = {}
-    firsts = {s.fqn: s for s in _slots(pm) if s.copy == 0}
-    for fqn, s in firsts.items():
-        state[f"model.{fqn}"] = _view(s, s.param)
-    for fqn, b in pm._buffers_full.items():
+    mine = [s for s in _slots(bodies) if s.layer == owner[s.fqn]]
+    for s in mine:
+        state[f"model.{s.fqn}"] = _view(s, s.param)
+    for fqn, b in _buffers(bodies).items():
         state[f"model.{fqn}"] = b.detach()
-    values: dict[str, Any] = {}
     if optimizer is None:
-        return state, values
-    for s in _optimizer_slots(pm, optimizer).values():
-        if s.copy != 0:  # tied copies hold the same state (equal grads, equal steps)
-            continue
+        return state
+    for s in mine:
         p = s.param
         for name, v in optimizer.state.get(p, {}).items():
-            key = f"optim.{s.fqn}.{name}"
+            if isinstance(v, torch.Tensor):
+                # a scalar (a step count) is identical on every rank: DCP writes it once
+                state[f"optim.{s.fqn}.{name}"] = _view(s, v) if _is_elementwise(p, v) else v.detach()
+    return state
+
+
+def _optimizer_values(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """The optimizer's non-tensor state values by ``optim.<fqn>.<name>``; ``ConfigError`` for
+    state that is neither elementwise nor scalar."""
+    values: dict[str, Any] = {}
+    if optimizer is None:
+        return values
+    for s in slot_of.values():
+        p = s.param
+        for name, v in optimizer.state.get(p, {}).items():
             if not isinstance(v, torch.Tensor):
-                values[key] = v
-            elif _is_elementwise(p, v):
-                state[key] = _view(s, v)
-            elif v.ndim == 0 and not isinstance(v, DTensor):
-                state[key] = v.detach()  # identical on every rank (a step count); DCP writes it once
-            else:
+                values.setdefault(f"optim.{s.fqn}.{name}", v)
+            elif not (_is_elementwise(p, v) or (v.ndim == 0 and not isinstance(v, DTensor))):
                 raise ConfigError(f"optimizer state {name!r} of {s.fqn} has shape {tuple(v.shape)}, neither the "
                                   f"parameter's local shape {tuple(p.shape)} nor a scalar: checkpoints support "
                                   "optimizers with elementwise state (SGD, Adam, AdamW, ...)")
-    return state, values
+    return values
 
 
-def _param_groups(pm: ParallelModule, optimizer: torch.optim.Optimizer | None) -> list[dict]:
+def _param_groups(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer | None) -> list[dict]:
     if optimizer is None:
         return []
-    slot_of = _optimizer_slots(pm, optimizer)
     return [{"fqns": sorted({slot_of[id(p)].fqn for p in g["params"]}),
              "hyper": {k: v for k, v in g.items() if k != "params"}} for g in optimizer.param_groups]
 
@@ -398,11 +458,25 @@ def _check_loadable(obj: Any, what: str) -> None:
                           "e.g. a scheduler's state_dict() instead of the scheduler") from None
 
 
-def save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
+def _local_for_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """What this rank contributes to a save's agreement: its owners, groups, values or a problem."""
+    try:
+        slot_of = _optimizer_slots(bodies, optimizer)
+        return {"owners": _owners(_slots(bodies)), "groups": _param_groups(slot_of, optimizer),
+                "values": _optimizer_values(slot_of, optimizer), "problem": None}
+    except ConfigError as e:
+        return {"problem": str(e)}
+    except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
+        return {"problem": f"rank {dist.get_rank()}: {type(e).__name__}: {e}"}
+
+
+def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
          step: int | None = None, extra: dict | None = None) -> Path:
-    """Save ``pm``'s parameters, buffers and ``optimizer``'s state to the directory ``path``,
-    atomically (see module doc); collective. ``step`` and ``extra`` (rank 0's; containers,
-    numbers, strings and tensors) come back from :func:`load`. Returns ``path``."""
+    """Save the parameters and buffers of ``pm`` (a :class:`ParallelModule` or a
+    :class:`~galvatron_fx.runtime.pipeline.PipelineModule`) and ``optimizer``'s state to the
+    directory ``path``, atomically (see module doc); collective. ``step`` and ``extra`` (rank 0's;
+    containers, numbers, strings and tensors) come back from :func:`load`. Returns ``path``."""
+    bodies, plan = _bodies(pm), pm.plan
     path = Path(path).absolute()
     rank = dist.get_rank()
     if step is not None:
@@ -410,9 +484,23 @@ def save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
             step = operator.index(step)
         except TypeError:
             raise ConfigError(f"save(step=...) takes an int, got {type(step).__name__}") from None
-    _reshard_fsdp(pm)
-    state, values = _state_to_save(pm, optimizer)
-    trainer = {"step": step, "extra": extra, "param_groups": _param_groups(pm, optimizer), "optim_values": values}
+    _reshard_fsdp(bodies)
+    parts = _gather(_local_for_save(bodies, optimizer))
+    problems = list(dict.fromkeys(p["problem"] for p in parts if p["problem"]))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    owner: dict[str, int] = {}
+    groups: dict[tuple[str, ...], dict] = {}  # dp replicas (and pp == 1 ranks) hold the same groups
+    values: dict[str, Any] = {}
+    for part in parts:
+        for fqn, layer in part["owners"].items():
+            owner[fqn] = min(owner.get(fqn, layer), layer)
+        for g in part["groups"]:
+            groups.setdefault(tuple(g["fqns"]), g)
+        for k, v in part["values"].items():
+            values.setdefault(k, v)
+    state = _state_to_save(bodies, optimizer, owner)
+    trainer = {"step": step, "extra": extra, "param_groups": list(groups.values()), "optim_values": values}
     problem, token = None, None
     if rank == 0:  # the target, and what only rank 0 writes
         try:
@@ -442,15 +530,14 @@ def save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
         mine = {f.name: _describe(f) for f in sorted(tmp.glob(f"__{rank}_*.distcp"))}
     except OSError as e:
         problem = f"saving checkpoint {str(path)!r} failed on rank {rank}: {e}; the previous checkpoint is intact"
-    gathered: list[tuple[dict, str | None]] = [({}, None)] * dist.get_world_size()
-    dist.all_gather_object(gathered, (mine, problem))
+    gathered: list[tuple[dict, str | None]] = _gather((mine, problem))
     problems = [p for _, p in gathered if p]
     if problems:
         raise ConfigError(problems[0])
     problem = None
     if rank == 0:
         try:
-            _finish(pm, tmp, path, token, trainer, {k: v for files, _ in gathered for k, v in files.items()}, step)
+            _finish(plan, tmp, path, token, trainer, {k: v for files, _ in gathered for k, v in files.items()}, step)
         except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
             problem = (f"saving checkpoint {str(path)!r} failed on rank 0 ({type(e).__name__}: {e}); the previous "
                        f"checkpoint at that path is intact and {tmp.name} beside it holds the unfinished save "
@@ -462,10 +549,10 @@ def save(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
     return path
 
 
-def _finish(pm: ParallelModule, tmp: Path, path: Path, token: str, trainer: dict, files: dict[str, dict],
+def _finish(plan: ParallelPlan, tmp: Path, path: Path, token: str, trainer: dict, files: dict[str, dict],
             step: int | None) -> None:
     """Rank 0: the plan, the trainer state, the manifest last, then the swap."""
-    pm.plan.save(tmp / PLAN)
+    plan.save(tmp / PLAN)
     with open(tmp / TRAINER, "wb") as f:
         torch.save(trainer, f)
         f.flush()
@@ -473,7 +560,7 @@ def _finish(pm: ParallelModule, tmp: Path, path: Path, token: str, trainer: dict
     for name in (_DCP_METADATA, PLAN, TRAINER):
         files[name] = _describe(tmp / name)
     manifest = {"format": FORMAT, "version": VERSION, "world_size": dist.get_world_size(),
-                "plan_hash": pm.plan.plan_hash(), "plan_model": pm.plan.model, "step": step,
+                "plan_hash": plan.plan_hash(), "plan_model": plan.model, "step": step,
                 "torch_version": torch.__version__, "created_unix_s": time.time(), "files": dict(sorted(files.items()))}
     _write_manifest(tmp, manifest)
     _fsync_dir(tmp)
@@ -483,17 +570,27 @@ def _finish(pm: ParallelModule, tmp: Path, path: Path, token: str, trainer: dict
 
 # ---- load --------------------------------------------------------------------------------------
 
-def _expected(pm: ParallelModule) -> dict[str, tuple[int, ...]]:
-    """``model.<fqn>`` -> global shape, for every parameter and buffer of the module."""
-    out = {f"model.{s.fqn}": s.global_shape for s in _slots(pm) if s.copy == 0}
-    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in pm._buffers_full.items()}
+def _expected(bodies: list[ParallelModule]) -> dict[str, tuple[int, ...]]:
+    """``model.<fqn>`` -> global shape, for every parameter and buffer of the bodies on this rank."""
+    out = {f"model.{s.fqn}": s.global_shape for s in _slots(bodies) if s.copy == 0}
+    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in _buffers(bodies).items()}
     return out
 
 
-def _check_metadata(pm: ParallelModule, path: Path, md) -> None:
+def _expected_everywhere(bodies: list[ParallelModule]) -> tuple[dict[str, tuple[int, ...]], int]:
+    """The keys and shapes the module expects over all ranks (stages hold different parameters),
+    and the most copies of one FQN any rank holds (the number of ``dcp.load`` calls); collective."""
+    want: dict[str, tuple[int, ...]] = {}
+    copies = 1
+    for part, n in _gather((_expected(bodies), 1 + max((s.copy for s in _slots(bodies)), default=0))):
+        want |= part
+        copies = max(copies, n)
+    return want, copies
+
+
+def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md) -> None:
     saved = {k: tuple(v.size) for k, v in md.state_dict_metadata.items()
              if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
-    want = _expected(pm)
     missing = sorted(k[6:] for k in set(want) - set(saved))
     unexpected = sorted(k[6:] for k in set(saved) - set(want))
     if missing or unexpected:
@@ -512,11 +609,11 @@ def _names(names: list[str], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _prepare_optimizer_state(pm: ParallelModule, optimizer: torch.optim.Optimizer, md) -> None:
+def _prepare_optimizer_state(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer, md) -> None:
     """Create the optimizer state entries the checkpoint holds and the optimizer lacks: zeros in
     the parameter's layout (elementwise) or scalars, of the saved dtype; DCP fills them."""
     saved = md.state_dict_metadata
-    for s in _optimizer_slots(pm, optimizer).values():
+    for s in slot_of.values():
         p = s.param
         prefix = f"optim.{s.fqn}."
         names = [k[len(prefix):] for k in saved if k.startswith(prefix) and "." not in k[len(prefix):]]
@@ -540,20 +637,21 @@ def _prepare_optimizer_state(pm: ParallelModule, optimizer: torch.optim.Optimize
                                   "loadable into this module")
 
 
-def _state_to_load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, md, copy: int
-                   ) -> dict[str, torch.Tensor]:
-    """DCP's state dict of every slot number ``copy`` (and, for copy 0, the buffers)."""
+def _state_to_load(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None,
+                   slot_of: dict[int, _Slot], md, copy: int) -> dict[str, torch.Tensor]:
+    """DCP's state dict of every slot number ``copy`` on this rank (and, for copy 0, the
+    buffers); may be empty (this rank holds fewer copies than another)."""
     state: dict[str, torch.Tensor] = {}
-    for s in _slots(pm):
+    for s in _slots(bodies):
         if s.copy == copy:
             state[f"model.{s.fqn}"] = _view(s, s.param)
     if copy == 0:
-        for fqn, b in pm._buffers_full.items():
+        for fqn, b in _buffers(bodies).items():
             state[f"model.{fqn}"] = b
     if optimizer is None:
         return state
     saved = md.state_dict_metadata
-    for s in _optimizer_slots(pm, optimizer).values():
+    for s in slot_of.values():
         if s.copy != copy:
             continue
         for name, v in optimizer.state.get(s.param, {}).items():
@@ -565,21 +663,26 @@ def _state_to_load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, 
 
 
 @torch.no_grad()
-def load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
+def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
          checksums: bool = True) -> LoadedCheckpoint:
-    """Load the checkpoint at ``path`` into ``pm`` (its current plan and world size, whatever
-    saved it) and ``optimizer`` (may be fresh; its hyper-parameters are restored per group, as
-    ``Optimizer.load_state_dict`` does); collective. ``checksums``: verify every file's sha256 (the
-    ranks split the reading); sizes are always checked. Raises ``ConfigError`` on every rank, with
-    the module untouched, if the checkpoint is incomplete, damaged or for other parameters."""
+    """Load the checkpoint at ``path`` into ``pm`` (a :class:`ParallelModule` or a
+    :class:`~galvatron_fx.runtime.pipeline.PipelineModule`, under its current plan and world size,
+    whatever saved it) and ``optimizer`` (may be fresh; its hyper-parameters are restored per
+    group, as ``Optimizer.load_state_dict`` does); collective. ``checksums``: verify every file's
+    sha256 (the ranks split the reading); sizes are always checked. Raises ``ConfigError`` on
+    every rank, with the module untouched, if the checkpoint is incomplete, damaged or for other
+    parameters."""
+    bodies, plan = _bodies(pm), pm.plan
     rank, world = dist.get_rank(), dist.get_world_size()
     where = _resolve(Path(path).absolute())
-    problem, manifest, md, trainer = None, None, None, None
+    want, copies = _expected_everywhere(bodies)
+    problem, manifest, md, trainer, slot_of = None, None, None, None, {}
     try:
         manifest = verify(where, checksums=checksums, share=(rank, world))
         md = FileSystemReader(where).read_metadata()
-        _check_metadata(pm, where, md)
+        _check_metadata(want, where, md)
         trainer = torch.load(where / TRAINER, weights_only=True)
+        slot_of = _optimizer_slots(bodies, optimizer)
     except ConfigError as e:
         problem = str(e)
     except Exception as e:  # noqa: BLE001 (an unreadable file must not leave the other ranks waiting)
@@ -587,18 +690,24 @@ def load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
                    "the checkpoint is damaged: load an earlier one")
     _agree(problem)
 
-    _reshard_fsdp(pm)
-    slot_of = _optimizer_slots(pm, optimizer)
+    _reshard_fsdp(bodies)
     if optimizer is not None:
-        _prepare_optimizer_state(pm, optimizer, md)
-    copies = 1 + max((s.copy for s in _slots(pm)), default=0)
+        problem = None
+        try:
+            _prepare_optimizer_state(slot_of, optimizer, md)
+        except ConfigError as e:
+            problem = str(e)
+        _agree(problem)
     reader = FileSystemReader(where)
     try:
-        for c in range(copies):
-            dcp.load(_state_to_load(pm, optimizer, md, c), storage_reader=reader)
+        for c in range(copies):  # every rank as many calls as the rank with the most copies
+            dcp.load(_state_to_load(bodies, optimizer, slot_of, md, c), storage_reader=reader)
     except dcp.CheckpointException as e:  # raised on every rank
         raise ConfigError(f"loading checkpoint {str(where)!r} failed while reading the shards ({_failure(e)}); "
                           "the module may be partly loaded: load it again, or an earlier checkpoint") from None
+    for body in bodies[1:]:
+        for fqn, b in body._buffers_full.items():
+            b.copy_(_buffers(bodies)[fqn])
 
     if optimizer is not None:
         _restore_hyper(optimizer, slot_of, trainer.get("param_groups", []))
@@ -609,7 +718,7 @@ def load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
             fqn, name = key.removeprefix("optim.").rsplit(".", 1)
             for s in by_fqn.get(fqn, []):
                 optimizer.state[s.param][name] = v
-    resharded = manifest["plan_hash"] != pm.plan.plan_hash() or manifest["world_size"] != world
+    resharded = manifest["plan_hash"] != plan.plan_hash() or manifest["world_size"] != world
     log.info("loaded checkpoint %s (step %s) saved at world size %d%s", where, manifest.get("step"),
              manifest["world_size"], ", resharded to this plan" if resharded else "")
     return LoadedCheckpoint(path=where, step=trainer.get("step"), extra=trainer.get("extra"),
@@ -617,26 +726,48 @@ def load(pm: ParallelModule, optimizer: torch.optim.Optimizer | None, path: str 
 
 
 def _restore_hyper(optimizer: torch.optim.Optimizer, slot_of: dict[int, _Slot], saved: list[dict]) -> None:
-    """Hyper-parameters (lr, betas, ...) of each saved group, into the current group holding the
-    same FQNs; groups that match none keep theirs (logged)."""
+    """Hyper-parameters (lr, betas, ...) of the saved group holding the same FQNs as each current
+    group; where the groups were cut otherwise (saved by pipeline stages, loaded without, or the
+    reverse), of the saved groups covering its FQNs when they all agree. Other groups keep theirs
+    (logged)."""
     by_fqns = {tuple(g["fqns"]): g["hyper"] for g in saved}
     for group in optimizer.param_groups:
         fqns = tuple(sorted({slot_of[id(p)].fqn for p in group["params"]}))
-        if fqns in by_fqns:
-            group.update(by_fqns[fqns])
+        hyper = by_fqns.get(fqns)
+        if hyper is None and fqns:
+            covering = [g for g in saved if set(g["fqns"]) & set(fqns)]
+            covered = set().union(*(g["fqns"] for g in covering)) >= set(fqns)
+            if covered and all(_same_hyper(covering[0]["hyper"], g["hyper"]) for g in covering[1:]):
+                hyper = covering[0]["hyper"]
+        if hyper is not None:
+            group.update(hyper)
         elif saved:
             log.warning("optimizer group of %d parameters matches no saved group: its hyper-parameters are kept",
                         len(fqns))
 
 
+def _same_hyper(a: dict, b: dict) -> bool:
+    def same(x, y) -> bool:
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)
+        if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+            return len(x) == len(y) and all(same(u, v) for u, v in zip(x, y))
+        return type(x) is type(y) and x == y
+
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+
 # ---- full state dicts --------------------------------------------------------------------------
 
 @torch.no_grad()
-def load_full_state_dict(pm: ParallelModule, state: dict[str, torch.Tensor], strict: bool = True) -> _IncompatibleKeys:
+def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: bool = True) -> _IncompatibleKeys:
     """Copy full tensors (identical on every rank: ``pm.state_dict()``, a plain model's
-    ``state_dict()``) into every slot of ``pm`` (local shards, FSDP shards, each tied copy) and
-    its buffers. Called on every rank; it communicates nothing (each rank slices its own shards).
-    Optimizer state is left as it is.
+    ``state_dict()``) into every slot of ``pm`` (a :class:`ParallelModule` or a
+    :class:`~galvatron_fx.runtime.pipeline.PipelineModule`: local shards, FSDP shards, each tied
+    copy on every stage) and its buffers. Called on every rank; each rank slices its own shards. A
+    ``ParallelModule`` communicates nothing; a pipelined module gathers once which parameters the
+    other stages hold, so that every rank checks ``state`` against the whole model and raises the
+    same errors. Optimizer state is left as it is.
 
     Keys are the user's FQNs; a tied weight may come under any of its names (all given must be
     equal). Buffers are optional: a plain model's ``state_dict()`` omits its non-persistent ones,
@@ -644,20 +775,25 @@ def load_full_state_dict(pm: ParallelModule, state: dict[str, torch.Tensor], str
     ``strict``; shape mismatches always. Returns ``(missing_keys, unexpected_keys)`` like
     ``nn.Module.load_state_dict``.
     """
+    bodies, plan = _bodies(pm), pm.plan
     slots: dict[str, list[_Slot]] = {}
-    for s in _slots(pm):
+    for s in _slots(bodies):
         slots.setdefault(s.fqn, []).append(s)
-    names: dict[str, str] = {fqn: fqn for fqn in slots}  # any name of a parameter -> its FQN
-    for info in pm.mg.params.values():
-        if info.name in slots:
+    shapes = {fqn: ss[0].global_shape for fqn, ss in slots.items()}  # of every parameter of the model
+    if plan.pp > 1:
+        for part in _gather(shapes):
+            shapes |= part
+    names: dict[str, str] = {fqn: fqn for fqn in shapes}  # any name of a parameter -> its FQN
+    for info in bodies[0].mg.params.values():
+        if info.name in shapes:
             names.update({alias: info.name for alias in info.aliases})
-    buffers = pm._buffers_full
+    buffers = _buffers(bodies)
 
     given: dict[str, list[str]] = {}
     for k in state:
         if k in names:
             given.setdefault(names[k], []).append(k)
-    missing = sorted(fqn for fqn in slots if fqn not in given)
+    missing = sorted(fqn for fqn in shapes if fqn not in given)
     unexpected = sorted(k for k in state if k not in names and k not in buffers)
     problems = [f"{k}: a {type(v).__name__}, not a full tensor" for k, v in state.items()
                 if (k in names or k in buffers) and (not isinstance(v, torch.Tensor) or isinstance(v, DTensor))]
@@ -665,7 +801,7 @@ def load_full_state_dict(pm: ParallelModule, state: dict[str, torch.Tensor], str
         raise ConfigError(f"cannot load the state dict: {'; '.join(problems[:6])}; pass full tensors "
                           "(DTensor.full_tensor(), or pm.state_dict())")
     for fqn, keys in given.items():
-        want = slots[fqn][0].global_shape
+        want = shapes[fqn]
         bad = [f"{k}: shape {tuple(state[k].shape)}, the module's is {want}" for k in keys
                if tuple(state[k].shape) != want]
         if not bad and any(not torch.equal(state[keys[0]], state[k]) for k in keys[1:]):
@@ -680,11 +816,12 @@ def load_full_state_dict(pm: ParallelModule, state: dict[str, torch.Tensor], str
         raise ConfigError(f"the state dict does not match the module: missing {_names(missing)}, unexpected "
                           f"{_names(unexpected)}; pass the full model's state_dict() (its FQNs), or strict=False "
                           "to load the matching keys only")
-    _reshard_fsdp(pm)
+    _reshard_fsdp(bodies)
     for fqn, keys in given.items():
-        for s in slots[fqn]:
+        for s in slots.get(fqn, []):  # this rank's copies
             _set_full(s, s.param, state[keys[0]])
     for k, v in state.items():
         if k in buffers and k not in names:
-            buffers[k].copy_(v)
+            for body in bodies:
+                body._buffers_full[k].copy_(v)
     return _IncompatibleKeys(missing, unexpected)

@@ -33,6 +33,9 @@ Algorithm:
 * Gradients: after the schedule, each chunk syncs its own (dp buckets, FSDP, tied copies inside
   the chunk); a weight tied across chunks (an embedding and its head) is summed over the ``pp``
   group as full tensors and written back to every copy.
+* Checkpoints (``save``/``load``/``load_state_dict``): :mod:`galvatron_fx.runtime.checkpoint`
+  over this rank's chunk bodies, in the format of :class:`ParallelModule`'s, so that pipelined and
+  non-pipelined plans of any shape load each other's checkpoints.
 """
 
 from __future__ import annotations
@@ -312,3 +315,34 @@ class PipelineModule(nn.Module):
             for fqn, t in part.items():
                 out.setdefault(fqn, t)
         return out
+
+    # ---- checkpoints (galvatron_fx.runtime.checkpoint) ----------------------------------------
+    def save(self, path, optimizer: torch.optim.Optimizer | None, *, step: int | None = None,
+             extra: dict | None = None):
+        """Save parameters, buffers and ``optimizer``'s state to the directory ``path`` in the
+        format of :meth:`ParallelModule.save` (each parameter once, a weight tied across stages
+        from its first stage), sharded and atomically, with the plan beside them; collective (every
+        rank calls it). Any plan or world size, pipelined or not, can load it. See
+        :func:`galvatron_fx.runtime.checkpoint.save`."""
+        from galvatron_fx.runtime.checkpoint import save
+
+        return save(self, optimizer, path, step=step, extra=extra)
+
+    def load(self, path, optimizer: torch.optim.Optimizer | None):
+        """Load a checkpoint written by :meth:`save` or :meth:`ParallelModule.save` under any plan
+        or world size into this rank's chunks (every copy of a weight tied across stages) and
+        ``optimizer`` (which may be fresh); collective. Returns a
+        :class:`~galvatron_fx.runtime.checkpoint.LoadedCheckpoint` (``step``, ``extra``, ...)."""
+        from galvatron_fx.runtime.checkpoint import load
+
+        return load(self, optimizer, path)
+
+    def load_state_dict(self, state_dict, strict: bool = True):  # type: ignore[override]
+        """Copy full tensors keyed by the user's FQNs (``state_dict()`` of this module or of the
+        plain model, identical on every rank) into this rank's chunks; collective (one gather of
+        which parameters each stage holds). Returns ``nn.Module``'s ``_IncompatibleKeys``; raises
+        ``ConfigError`` on every rank on shape mismatches, and on missing or unexpected keys when
+        ``strict``. See :func:`galvatron_fx.runtime.checkpoint.load_full_state_dict`."""
+        from galvatron_fx.runtime.checkpoint import load_full_state_dict
+
+        return load_full_state_dict(self, state_dict, strict=strict)
