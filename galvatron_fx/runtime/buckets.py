@@ -107,6 +107,10 @@ class GradBucketer:
         self._summed: set[int] = set()
         self._ready: list[int] = [0] * len(self.buckets)
         self._pending: dict[int, tuple[list[torch.Tensor], torch.Tensor, object]] = {}
+        self._launched: set[int] = set()
+        self._extra: torch.Tensor | None = None  # see arm()
+        self._extra_at: tuple | None = None  # (bucket, numel, shape) of the extra in its flat buffer
+        self.extra_sum: torch.Tensor | None = None
         self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
                          for e in self.entries for p in e if p.requires_grad]
 
@@ -114,12 +118,16 @@ class GradBucketer:
     def params(self) -> list[torch.nn.Parameter]:
         return [p for e in self.entries for p in e]
 
-    def arm(self) -> None:
-        """Launch buckets from the hooks of the next backward."""
+    def arm(self, extra: torch.Tensor | None = None) -> None:
+        """Launch buckets from the hooks of the next backward. ``extra``: a small float tensor of
+        the buckets' dtype (a step's loss) summed over the group with the last bucket, so that it
+        costs no collective of its own; :attr:`extra_sum` holds the sum after :meth:`finish`."""
         self._armed = True
         self._fired = [0] * len(self.entries)
         self._summed.clear()
         self._ready = [0] * len(self.buckets)
+        self._extra = extra
+        self.extra_sum = None
 
     def _on_grad(self, p: torch.nn.Parameter) -> None:
         if not self._armed:
@@ -152,10 +160,19 @@ class GradBucketer:
 
     def _launch(self, b: int) -> None:
         grads = [g for g in (self.entries[i][0].grad for i in self.buckets[b]) if g is not None]
-        if not grads:
+        last = len(self._launched) == len(self.buckets) - 1  # the same bucket on every rank
+        self._launched.add(b)
+        extra = self._extra if last and self._extra is not None and (
+            not grads or grads[0].dtype == self._extra.dtype) else None
+        if not grads and extra is None:
             return
-        flat = grads[0].contiguous() if len(grads) == 1 else torch.cat([g.reshape(-1) for g in grads])
+        parts = [g.reshape(-1) for g in grads] + ([extra.reshape(-1)] if extra is not None else [])
+        flat = grads[0].contiguous() if len(parts) == 1 and grads else torch.cat(parts)
+        if extra is not None:
+            self._extra = None
         self._pending[b] = (grads, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+        if extra is not None:
+            self._extra_at = (b, extra.numel(), extra.shape)
 
     @torch.no_grad()
     def finish(self) -> int:
@@ -163,12 +180,19 @@ class GradBucketer:
         for i in range(len(self.entries)):
             self._sum_copies(i)
         for b in range(len(self.buckets)):
-            if b not in self._pending:
+            if b not in self._launched:
                 self._launch(b)
+        if self._extra is not None:  # the last bucket had another dtype, or no gradient
+            flat = self._extra.clone()
+            self._pending[-1] = ([], flat, dist.all_reduce(flat, group=self.group, async_op=True))
+            self._extra_at, self._extra = (-1, flat.numel(), flat.shape), None
         n = len(self._pending)
         for b in sorted(self._pending):
             grads, flat, work = self._pending[b]
             work.wait()
+            if self._extra_at is not None and self._extra_at[0] == b:
+                _, k, shape = self._extra_at
+                self.extra_sum = flat[flat.numel() - k:].reshape(shape).clone()
             if len(grads) == 1 and flat is grads[0]:
                 continue
             offset = 0
@@ -181,6 +205,8 @@ class GradBucketer:
                     p.grad = e[0].grad.clone()
         self._pending.clear()
         self._summed.clear()
+        self._launched.clear()
+        self._extra, self._extra_at = None, None
         self._armed = False
         return n
 

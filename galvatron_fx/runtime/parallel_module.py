@@ -499,7 +499,7 @@ class ParallelModule(nn.Module):
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
             raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
-        total = None
+        total, carrier = None, None
         for i in range(m):
             mb = [c[i] for c in chunks]
             self._check_inputs(mb)
@@ -507,20 +507,40 @@ class ParallelModule(nn.Module):
             value = loss.detach().float()
             total = value if total is None else total + value
             if i == m - 1:
-                # the mean loss is reduced while backward runs (it is a value only: backward
-                # starts from the partial loss, whose own backward is a local step); the dp sums
-                # of the gradients overlap the last micro-batch's backward
-                total = self._reduce_async(total)
+                # the dp sums of the gradients overlap the last micro-batch's backward; the mean
+                # loss (a value only: backward starts from the partial loss, whose own backward is
+                # a local step) is summed with the last gradient bucket, or else reduced while
+                # backward runs
+                carrier = self._loss_carrier(total)
+                if carrier is None:
+                    total = self._reduce_async(total)
                 for bucketer in self._bucketers.values():
-                    bucketer.arm()
+                    bucketer.arm(extra=total.to_local() if bucketer is carrier else None)
             local = loss.to_local() if isinstance(loss, DTensor) else loss
             scale = self.scaler.scale if self.scaler is not None else 1.0
             (local * (scale / m)).backward()
         self.sync_grads()
+        if carrier is not None:
+            avg = total.placements[0].reduce_op == "avg"
+            total = carrier.extra_sum / (total.device_mesh.size(0) if avg else 1)
         if self.scaler is None or self.scaler.unscale(list(self.parameters())):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return total.item() / m
+
+    def _loss_carrier(self, value: torch.Tensor) -> GradBucketer | None:
+        """The gradient bucketer that can sum the loss ``value`` with its last bucket: a loss that
+        is a sum or mean over dp (``Partial``) and replicated over tp, on a mesh whose dp group
+        that bucketer reduces over."""
+        if not isinstance(value, DTensor) or value.device_mesh.ndim != 2:
+            return None
+        dp_p, tp_p = value.placements
+        mesh = value.device_mesh
+        bucketer = self._bucketers.get((mesh.size(0), mesh.size(1)))
+        if bucketer is None or mesh is not self.mesh(mesh.size(0), mesh.size(1)) or not isinstance(tp_p, Replicate) \
+                or not (isinstance(dp_p, Partial) and dp_p.reduce_op in ("sum", "avg")):
+            return None
+        return bucketer
 
     @staticmethod
     def _reduce_async(value: torch.Tensor) -> torch.Tensor:

@@ -309,6 +309,20 @@ def _buckets_case(world: int) -> dict:
                                           (c.grad - dist.get_world_size()).abs().max().item())
         res[f"tied_armed{armed}_distinct"] = a.grad.data_ptr() != b.grad.data_ptr()
         bk.remove()
+    # a loss summed with the last bucket: no collective of its own, whichever bucket launches last
+    for armed_grads in (True, False):
+        ps = [torch.nn.Parameter(torch.ones(s)) for s in [(300,), (1000,)]]
+        bk = GradBucketer(ps, None, bucket_bytes=2000, first_bucket_bytes=1500)
+        extra = torch.tensor([float(rank + 1), 2.0])
+        bk.arm(extra=extra)
+        if armed_grads:
+            sum(p.sum() for p in ps).backward()
+        res[f"extra{armed_grads}_calls"] = bk.finish()
+        want = torch.tensor([sum(r + 1.0 for r in range(dist.get_world_size())), 2.0 * dist.get_world_size()])
+        res[f"extra{armed_grads}_err"] = (bk.extra_sum - want).abs().max().item()
+        res[f"extra{armed_grads}_grads_ok"] = all(p.grad is None for p in ps) if not armed_grads else \
+            all(torch.equal(p.grad, torch.full_like(p, dist.get_world_size())) for p in ps)
+        bk.remove()
     return res
 
 
@@ -480,6 +494,8 @@ def test_bucketed_dp_sums_equal_per_tensor_all_reduce(world2):
             assert r[f"tied_armed{armed}_err"] == 0.0 and r[f"tied_armed{armed}_distinct"], r
             assert r[f"tied_armed{armed}_calls"] == 2, r
         assert r["tied_armedTrue_in_backward"] == 2, "the tied entry's bucket launches once both copies are ready"
+        assert r["extraTrue_calls"] == 2 and r["extraTrue_err"] == 0.0 and r["extraTrue_grads_ok"], r
+        assert r["extraFalse_calls"] == 1 and r["extraFalse_err"] == 0.0 and r["extraFalse_grads_ok"], r
 
 
 @pytest.mark.parametrize("key", list(CASES[2]))
