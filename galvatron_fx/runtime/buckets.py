@@ -88,8 +88,8 @@ class GradBucketer:
     each parameter ready; an entry is ready when all its copies are, and a bucket whose entries
     are all ready is flattened and its all-reduce launched at once, overlapping the rest of
     backward. :meth:`finish` launches what is left (parameters that got no gradient are skipped —
-    every rank uses the same parameters, so all ranks launch the same buckets), waits, copies the
-    sums back into the ``.grad`` tensors and disarms. Unarmed (earlier micro-batches of an
+    every rank uses the same parameters, so all ranks launch the same buckets), waits, makes each
+    ``.grad`` a view of its reduced bucket (no copy back) and disarms. Unarmed (earlier micro-batches of an
     accumulation, or a backward the caller drives), hooks do nothing and :meth:`finish` reduces
     everything after backward.
     """
@@ -159,7 +159,8 @@ class GradBucketer:
         copies[0].grad = total
 
     def _launch(self, b: int) -> None:
-        grads = [g for g in (self.entries[i][0].grad for i in self.buckets[b]) if g is not None]
+        owners = [p for p in (self.entries[i][0] for i in self.buckets[b]) if p.grad is not None]
+        grads = [p.grad for p in owners]
         last = len(self._launched) == len(self.buckets) - 1  # the same bucket on every rank
         self._launched.add(b)
         extra = self._extra if last and self._extra is not None and (
@@ -170,7 +171,7 @@ class GradBucketer:
         flat = grads[0].contiguous() if len(parts) == 1 and grads else torch.cat(parts)
         if extra is not None:
             self._extra = None
-        self._pending[b] = (grads, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+        self._pending[b] = (owners, flat, dist.all_reduce(flat, group=self.group, async_op=True))
         if extra is not None:
             self._extra_at = (b, extra.numel(), extra.shape)
 
@@ -188,17 +189,18 @@ class GradBucketer:
             self._extra_at, self._extra = (-1, flat.numel(), flat.shape), None
         n = len(self._pending)
         for b in sorted(self._pending):
-            grads, flat, work = self._pending[b]
+            owners, flat, work = self._pending[b]
             work.wait()
             if self._extra_at is not None and self._extra_at[0] == b:
                 _, k, shape = self._extra_at
                 self.extra_sum = flat[flat.numel() - k:].reshape(shape).clone()
-            if len(grads) == 1 and flat is grads[0]:
+            if len(owners) == 1 and flat is owners[0].grad:
                 continue
             offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            for p in owners:  # the gradients become views of the reduced buffer: no copy back
+                size = p.grad.numel()
+                p.grad = flat[offset:offset + size].view_as(p.grad)
+                offset += size
         for e in self.entries:
             if len(e) > 1 and e[0].grad is not None:
                 for p in e[1:]:
