@@ -29,7 +29,8 @@ On disk (one directory, DCP's files plus three of ours)::
                                      DTensors like the parameter; scalars such as ``step`` plain)
     plan.json                        the plan that wrote it (``ParallelPlan.to_json``)
     trainer_state.pt                 step, extra, the optimizer's hyper-parameters per group of
-                                     every rank (matched by FQNs on load) and non-tensor state values
+                                     every rank (matched by FQNs on load), non-tensor state values
+                                     and fp16's loss scale
     manifest.json                    written last: format, version, world size, plan hash, step,
                                      every other file with its size in bytes and sha256
 
@@ -500,7 +501,9 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
         for k, v in part["values"].items():
             values.setdefault(k, v)
     state = _state_to_save(bodies, optimizer, owner)
-    trainer = {"step": step, "extra": extra, "param_groups": list(groups.values()), "optim_values": values}
+    scaler = getattr(pm, "scaler", None)  # fp16's loss scale: the same on every rank
+    trainer = {"step": step, "extra": extra, "param_groups": list(groups.values()), "optim_values": values,
+               "loss_scaler": scaler.state_dict() if scaler is not None else None}
     problem, token = None, None
     if rank == 0:  # the target, and what only rank 0 writes
         try:
@@ -718,6 +721,9 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
             fqn, name = key.removeprefix("optim.").rsplit(".", 1)
             for s in by_fqn.get(fqn, []):
                 optimizer.state[s.param][name] = v
+    scaler = getattr(pm, "scaler", None)
+    if scaler is not None and trainer.get("loss_scaler"):  # an fp16 run goes on with its loss scale
+        scaler.load_state_dict(trainer["loss_scaler"])
     resharded = manifest["plan_hash"] != plan.plan_hash() or manifest["world_size"] != world
     log.info("loaded checkpoint %s (step %s) saved at world size %d%s", where, manifest.get("step"),
              manifest["world_size"], ", resharded to this plan" if resharded else "")

@@ -20,7 +20,7 @@ SPEC = [(2, 1, "none", "none"), (2, 1, "none", "none", "zero3"), (1, 2, "megatro
         (2, 1, "none", "full", "zero2"), (1, 2, "none", "none"), (1, 2, "none", "none"), (2, 1, "none", "none")]
 
 
-def _case(name: str) -> dict:
+def _case(name: str, tmp: str) -> dict:
     import copy
     import dataclasses
 
@@ -61,6 +61,11 @@ def _case(name: str) -> dict:
             res["overflow_scale"] = pm.scaler.scale
             res["overflow_loss"] = loss
             res["overflow_moved"] = max((after[k] - v).abs().max().item() for k, v in before.items())
+            # the loss scale travels with a checkpoint
+            pm.save(f"{tmp}/{name}-fp16-ckpt", opt, step=1)
+            fresh = ParallelModule(copy.deepcopy(model), mgp, dataclasses.replace(plan, precision=prec))
+            fresh.load(f"{tmp}/{name}-fp16-ckpt", torch.optim.AdamW(fresh.parameters(), lr=1e-3))
+            res["loaded_scaler"] = fresh.scaler.state_dict()
     return res
 
 
@@ -89,7 +94,7 @@ def _pipeline_case() -> dict:
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
-    jobs = [(n, lambda n=n: _case(n)) for n in ("gpt-tiny", "llama-tiny")] + [("llama-pp2", _pipeline_case)]
+    jobs = [(n, lambda n=n: _case(n, tmp)) for n in ("gpt-tiny", "llama-tiny")] + [("llama-pp2", _pipeline_case)]
     run_jobs(rank, tmp, jobs, only_env="GFX_MP_ONLY")
 
 
@@ -122,6 +127,7 @@ def test_fp16_loss_scaler_skips_an_overflowing_step(world2, name):
     assert r["fp16_skipped"] == 0, "a well-scaled fp16 run skipped steps"
     assert r["overflow_skipped"] == 1 and r["overflow_scale"] == 2.0**23
     assert r["overflow_moved"] == 0.0, "a skipped step changed the parameters"
+    assert r["loaded_scaler"] == {"scale": 2.0**23, "good_steps": 0, "skipped": 1}, "the loss scale was not restored"
 
 
 def test_pipelined_mixed_precision_within_noise_of_fp32(world2):
