@@ -25,14 +25,22 @@ Two cost models price each plan:
 
 - *raw*: ``AnalyticCostModel`` on the profiled cluster, as ``galvatron_fx.plan`` uses by default;
 - *calibrated*: :func:`galvatron_fx.cost_models.cpu_runtime.cost_model` on the same cluster with
-  this machine's :mod:`~galvatron_fx.cost_models.cpu_runtime` calibration (measured once, about a
-  minute, and cached): compute rates fitted on a *probe* model's single layers, the runtime's
-  per-kernel overhead from the probe's steps on one rank, the slowdown of N processes sharing the
-  cores, and all-reduces timed between probe steps of N computing ranks. The probe is not gpt-tiny
-  and none of its runs is one of these plans; the JSON records the calibration used.
+  this machine's :mod:`~galvatron_fx.cost_models.cpu_runtime` calibration (measured once, about
+  four minutes, and cached): compute rates fitted on a *probe* model's single layers, the
+  runtime's per-kernel overhead (lowered, and op by op under selective recomputation) and the
+  optimizer step from the probe on one rank, the slowdown of N processes sharing the cores,
+  all-reduces timed between (and inside) probe steps of N computing ranks, and the probe's own
+  DDP, ZeRO-3 and tensor-parallel plans at N ranks (the FSDP and tensor-parallel factors). The
+  probe is not gpt-tiny and none of its runs is one of these plans; the JSON records the
+  calibration used. Tensor-parallel layers are priced by the runtime's traced collectives
+  (``traces_runtime``). The slowdown of N processes, which includes the load of other tenants
+  of the machine, is measured again on the probe when the benchmark starts
+  (:func:`~galvatron_fx.cost_models.cpu_runtime.with_current_slowdown`, about 20 s;
+  ``--cached-slowdown`` keeps the cached one).
 
 Plans are searched with the calibrated model (the planner as it should run on this machine) and
-the raw prediction re-prices the very same plan with the raw model. The search's pick is the
+the raw prediction re-prices the very same plan with the raw model
+(:func:`galvatron_fx.search.planner.price_plan`). The search's pick is the
 unconstrained search under the calibrated model.
 
 Figures: ``time_median_abs_rel_error`` (calibrated; ``time_median_abs_rel_error_raw`` too) over
@@ -50,9 +58,10 @@ run one thread each (``torch.set_num_threads(1)``). Prints a table and writes
 ``benchmarks/results/cost_model_accuracy.json``.
 
     python benchmarks/cost_model_accuracy.py [--quick] [--steps N] [--cache-dir DIR] [--only a,b]
+                                             [--cached-slowdown]
 
-Wall time on 2 cores: about 2 minutes (16 plans, 8 timed steps each), plus about 3 minutes the
-first time on a machine (the calibration: three measurements of about a minute, then cached).
+Wall time on 2 cores: about 2–3 minutes (16 plans, 8 timed steps each), plus about 4 minutes the
+first time on a machine (the calibration: three measurements of about 80 s, then cached).
 ``--quick``: six plans (three per world size: DP, TP or a pipeline, the search's pick) and four
 timed steps, about 40 s once calibrated.
 """
@@ -125,98 +134,7 @@ SPECS = [
 ]
 
 
-# ---- pricing a fixed plan --------------------------------------------------------------------------
-
-def _option_at(mg, layer, tp: int, sp, cm, placements: dict[str, str]):
-    """The ``LayerOption`` of ``layer`` with the given (saved) placements, priced by ``cm`` — what
-    ``solve_intra_layer`` returns, with the ILP's choice replaced by the plan's."""
-    from torch.utils._pytree import tree_flatten
-
-    from galvatron_fx.search import intra_layer as il
-
-    dl = il.decompose_layer(mg, layer)
-    problem, by_name = il.build_problem(dl, tp, sp, cm, list(range(tp)))
-    choice = {}
-    for n in problem.nodes:
-        idx = [i for i, st in enumerate(problem.strategies[n]) if il._fmt(st) == placements.get(n)]
-        if not idx:
-            raise RuntimeError(f"layer {layer.name}: placement {placements.get(n)!r} of {n} is not a strategy "
-                               f"at tp={tp}")
-        choice[n] = idx[0]
-    chosen = {n: problem.strategies[n][i] for n, i in choice.items()}
-    total, events = il.evaluate(problem, choice)
-    comm = tuple(il.CommEvent(d, v, c, il._bytes_of(problem, v), t) for d, v, c, t in events)
-    compute_s = sum(problem.compute_s[n][i] for n, i in choice.items())
-    full = sum(max(c) for c in problem.compute_s.values() if c)
-    role = dict(zip((ph.name for ph in dl.inputs), dl.input_roles))
-    out_node = next(n for n in dl.gm.graph.nodes if n.op == "output")
-    outs = [a for a in tree_flatten(out_node.args)[0] if hasattr(a, "op")]
-    return il.LayerOption(
-        kind=layer.kind, tp=tp, sp=il.SPMode(sp), placements={n: il._fmt(st) for n, st in chosen.items()},
-        compute_s=compute_s, compute_ratio=compute_s / full if full > 0 else 1.0,
-        comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
-        comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
-        param_fraction=il._param_fraction(dl, {by_name[n]: st for n, st in chosen.items()}, tp),
-        activation_fraction=il._activation_fraction(dl, {by_name[n]: st for n, st in chosen.items()},
-                                                    [by_name[n] for n in problem.nodes if n not in role], tp),
-        comm=comm, input_layout=tuple(il.pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
-        output_layout=tuple(il._out_placement(chosen, a) for a in outs), objective_s=total, solve_s=0.0,
-        num_variables=0)
-
-
-def price_plan(mg, cluster, cm, plan):
-    """The same plan — pp, micro-batches, schedule, stage boundaries, every layer's strategy, dp
-    and placements — priced by cost model ``cm``: the planner's own evaluation
-    (``_Search.evaluate`` and ``_assemble``), each layer pinned to the plan's choice and each
-    tensor-parallel layer to the plan's placements. Returns a ``ParallelPlan`` whose
-    ``predicted`` is ``cm``'s. (A public ``price_plan`` in the planner would make this short.)"""
-    from galvatron_fx.search import planner
-    from galvatron_fx.search.candidates import OptionCache, SearchSpace, transition_s
-
-    class PlanOptions(OptionCache):
-        """Only the plan's own placements, priced by ``cm``."""
-
-        def option_list(self, layer, tp, sp):
-            key = (layer.kind, tp, sp)
-            if key not in self.options:
-                want = []
-                for lp in plan.layers:
-                    if (lp.kind, lp.strategy.tp, lp.strategy.sp) == key and lp.placements not in want:
-                        want.append(dict(lp.placements))
-                self.options[key] = [_option_at(self.mg, layer, tp, sp, self.cost_model, w) for w in want]
-            return self.options[key]
-
-    class Pinned(planner._Search):
-        def stage(self, lo, hi, devices, samples, m, in_flight, budget=None):
-            chosen, trans = [], [0.0]
-            for i in range(lo, hi):
-                lp = plan.layers[i]
-                cands = [c for c in self.choices(i, devices, samples, m)
-                         if c.strategy == lp.strategy and c.dp == lp.dp
-                         and (dict(c.option.placements) if c.option is not None else {}) == dict(lp.placements)]
-                if not cands:
-                    raise RuntimeError(f"{plan.model}: no priced choice matches layer {lp.name} "
-                                       f"({lp.strategy.short()})")
-                chosen.append(cands[0])
-                if i > lo:
-                    prev = self.layers[i - 1]
-                    nbytes = int(prev.costs.output_bytes * samples / self.captured_batch)
-                    trans.append(m * transition_s(self.cm, chosen[-2], chosen[-1], nbytes, 3, list(range(devices))))
-            mem = sum(c.mem_bytes(in_flight) for c in chosen) + max(c.memory.temp_bytes for c in chosen)
-            time_s = sum(c.step_time_s(m) for c in chosen) + sum(trans)
-            return planner._StageResult(range(lo, hi), chosen, trans, time_s, mem, in_flight,
-                                        [[c] for c in chosen], mem)
-
-    space = SearchSpace(pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,))
-    s = Pinned(mg, cluster, cm, space, plan.global_batch_size, plan.predicted.memory_budget_bytes, False,
-               PlanOptions(mg, cm))
-    cand = s.evaluate(list(plan.stage_boundaries), plan.pp, plan.num_microbatches, plan.schedule,
-                      plan.global_batch_size // plan.num_microbatches)
-    if cand is None:
-        raise RuntimeError(f"{plan.model}: the cost model cannot price this plan")
-    return planner._assemble(mg, cluster, cm, cand, plan.predicted.memory_budget_bytes, {"search_s": 0.0}, None,
-                             plan.precision, plan.model)
-
+# ---- plans -------------------------------------------------------------------------------------------
 
 def plan_key(plan) -> str:
     """What the runtime runs, without names and predictions: equal keys train identically."""
@@ -242,6 +160,7 @@ def strategies(plan) -> str:
 def make_plans(specs: list[Spec], mg, clusters: dict, models: dict) -> list[dict]:
     """Search every spec with the calibrated model; re-price with the raw one."""
     import galvatron_fx as gfx
+    from galvatron_fx.search.planner import price_plan
 
     rows = []
     free_peak: dict[int, int] = {}
@@ -257,9 +176,9 @@ def make_plans(specs: list[Spec], mg, clusters: dict, models: dict) -> list[dict
         t0 = time.perf_counter()
         p = gfx.plan(mg, cl, global_batch_size=GLOBAL_BATCH, search=dict(sp.search), memory_budget=budget,
                      cost_model=cm_cal, baselines=False, name=f"{MODEL} [{sp.name}]")
-        raw = price_plan(mg, cl, cm_raw, p)
+        raw = price_plan(p, mg, cm_raw)
         # a self-check: re-pricing with the search's own model must give the search's prediction
-        again = price_plan(mg, cl, cm_cal, p).predicted.step_time_s
+        again = price_plan(p, mg, cm_cal).predicted.step_time_s
         rows.append({"spec": sp, "plan": p, "raw": raw, "plan_s": time.perf_counter() - t0, "budget_bytes": budget,
                      "reprice_rel_diff": rel(again, p.predicted.step_time_s)})
     return rows
@@ -437,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", default=None, help="hardware profile / calibration cache "
                                                      "(default $GFX_CACHE_DIR or ~/.cache/galvatron_fx)")
     p.add_argument("--only", default=None, help="comma-separated plan names (for debugging)")
+    p.add_argument("--cached-slowdown", action="store_true",
+                   help="use the cached calibration's slowdown of N processes instead of measuring it now")
     args = p.parse_args(argv)
     steps = args.steps or (QUICK_TIMED_STEPS if args.quick else TIMED_STEPS)
     t_start = time.perf_counter()
@@ -461,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     t_profile = time.perf_counter() - t0
     t0 = time.perf_counter()
     cal = cpu_runtime.calibrate(cache_dir=args.cache_dir, worlds=worlds, progress=True)
+    if not args.cached_slowdown:  # the other tenants' load now, not when the calibration was cached
+        cal = cpu_runtime.with_current_slowdown(cal, worlds)
     t_cal = time.perf_counter() - t0
     models = {w: {"raw": AnalyticCostModel(clusters[w]), "calibrated": cpu_runtime.cost_model(clusters[w], cal)}
               for w in worlds}

@@ -12,7 +12,16 @@ Parts of :class:`AnalyticCostModel`:
   hierarchical; profiled fits where the cluster has them), and compute/communication overlap;
 - resharding between layouts: :func:`~galvatron_fx.cost_models.reshard.reshard_time_s`;
 - memory: :func:`~galvatron_fx.cost_models.memory.layer_memory`;
-- pipeline schedules: :func:`~galvatron_fx.cost_models.pipeline.simulate` (event simulation).
+- pipeline schedules: :func:`~galvatron_fx.cost_models.pipeline.simulate` (event simulation);
+- the optimizer step: AdamW as a memory-bound pass over parameters, gradients and its two states
+  (fused or ``foreach``, as on GPUs: no cost per tensor);
+- sharded data parallelism (FSDP's all-gathers and reduce-scatters): hidden behind the layer's
+  compute where it fits (``overlapped_s``), as FSDP2's prefetching on CUDA streams does.
+
+A cost model may set ``traces_runtime = True``: the search then prices tensor-parallel layers by
+the runtime's own collectives and saved activations, measured on fake tensors
+(:mod:`galvatron_fx.search.runtime_trace`), instead of the intra-layer ILP's estimate (a second
+or so per layer kind and degree; the CPU runtime model does, where the difference is large).
 """
 
 from __future__ import annotations
@@ -49,8 +58,17 @@ class CostModel(Protocol):
         """Seconds of one kernel doing ``flops`` and moving ``nbytes`` on ``rank``'s device."""
         ...
 
-    def collective_time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int) -> float:
-        """Seconds of one collective over ``ranks`` (``nbytes`` = the full tensor)."""
+    def collective_time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int, *,
+                          gap_s: float | None = None) -> float:
+        """Seconds of one collective over ``ranks`` (``nbytes`` = the full tensor); ``gap_s``: the
+        compute each rank does between the previous collective that synchronised them and this
+        one, when known (a model may charge rank skew by it; None: a whole step's)."""
+        ...
+
+    def tp_collective_time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int, *,
+                             gap_s: float | None = None) -> float:
+        """Seconds of one collective inside a tensor-parallel layer's forward or backward (back to
+        back with its kernels, on the layer's critical path)."""
         ...
 
     def overlapped_s(self, compute_s: float, comm_s: float) -> float:
@@ -63,13 +81,23 @@ class CostModel(Protocol):
 
     def layer_memory(self, costs: LayerCosts, strategy: LayerStrategy, *, dp: int, micro_batch: float,
                      captured_batch: int, params: list[ParamInfo] | None = None,
-                     tp_shard: TPShard | None = None) -> LayerMemory:
+                     tp_shard: TPShard | None = None, backward_temp_bytes: int = 0) -> LayerMemory:
         """Per-rank bytes of a layer under ``strategy``."""
         ...
 
     def simulate_pipeline(self, schedule: ScheduleKind | str, stages: Sequence[StageCost],
                           num_microbatches: int, *, virtual_stages: int = 1) -> PipelineResult:
         """Step time and per-stage peak memory of a pipeline schedule."""
+        ...
+
+    def optimizer_step_s(self, numel: int, tensors: int, *, dtensor: bool = False, rank: int = 0) -> float:
+        """Seconds of one optimizer step over ``tensors`` parameter tensors holding ``numel``
+        elements on one rank; ``dtensor``: the parameters are DTensors (FSDP's shards)."""
+        ...
+
+    def exposed_fsdp_s(self, compute_s: float, comm_s: float) -> float:
+        """Seconds that ``comm_s`` of a layer's FSDP all-gathers and reduce-scatters add to a
+        step beyond the ``compute_s`` of the layer they may hide behind."""
         ...
 
 
@@ -91,8 +119,11 @@ class AnalyticCostModel:
     def node_time_s(self, flops, nbytes, *, rank=0):
         return self.compute.node_time_s(flops, nbytes, rank=rank)
 
-    def collective_time_s(self, collective, nbytes, ranks):
+    def collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
         return self.comm.time_s(collective, nbytes, ranks)
+
+    def tp_collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
+        return self.collective_time_s(collective, nbytes, ranks, gap_s=gap_s)
 
     def overlapped_s(self, compute_s, comm_s):
         return self.comm.overlapped_s(compute_s, comm_s)
@@ -100,10 +131,20 @@ class AnalyticCostModel:
     def reshard_time_s(self, nbytes, src, dst, ranks, ndim):
         return reshard_time_s(self.comm, nbytes, src, dst, list(ranks), ndim)
 
-    def layer_memory(self, costs, strategy, *, dp, micro_batch, captured_batch, params=None, tp_shard=None):
+    def layer_memory(self, costs, strategy, *, dp, micro_batch, captured_batch, params=None, tp_shard=None,
+                     backward_temp_bytes=0):
         return _memory.layer_memory(costs, strategy, dp=dp, micro_batch=micro_batch,
                                     captured_batch=captured_batch, precision=self.precision,
-                                    params=params, tp_shard=tp_shard)
+                                    params=params, tp_shard=tp_shard, backward_temp_bytes=backward_temp_bytes)
 
     def simulate_pipeline(self, schedule, stages, num_microbatches, *, virtual_stages=1):
         return _pipeline.simulate(schedule, list(stages), num_microbatches, virtual_stages=virtual_stages)
+
+    def optimizer_step_s(self, numel, tensors, *, dtensor=False, rank=0):
+        # AdamW reads parameter, gradient and two states and writes back parameter and states
+        p = self.precision
+        nbytes = numel * (2 * p.param_bytes + p.grad_bytes + 2 * p.optim_bytes_per_param)
+        return self.compute.node_time_s(10.0 * numel, nbytes, rank=rank) if numel > 0 else 0.0
+
+    def exposed_fsdp_s(self, compute_s, comm_s):
+        return max(0.0, self.overlapped_s(compute_s, comm_s) - compute_s)

@@ -14,17 +14,23 @@ Terms (per rank, bytes):
   (``LayerCosts.activation_bytes_for(recompute)``, measured), scaled to the local micro-batch,
   the compute dtype and the tensor-parallel shard.
 - *temp*: the largest transient while the layer runs: ZeRO-3's gathered parameters (current and
-  prefetched layer), the unsharded gradients before their reduce-scatter, and the activations
-  that recomputation brings back during the layer's backward.
+  prefetched layer), the unsharded gradients before their reduce-scatter, the activations that
+  recomputation brings back during the layer's backward, and (when measured,
+  ``backward_temp_bytes``) what its backward allocates beyond what it frees: the gradients of its
+  outputs and intermediates (a cross-entropy's backward holds several logits-sized tensors).
 
-A stage's peak = Σ persistent (params, unsharded ZeRO-2 params, grads, optimizer)
-+ Σ activations × micro-batches in flight (from the pipeline schedule) + max temp.
+A stage's peak (:func:`stage_peak_bytes`) = Σ params, unsharded ZeRO-2 params and optimizer
+states + the largest, over the backward, of the activations still held + the gradients already
+made + the running layer's temp. Gradients are made during the backward while activations are
+freed, so with one micro-batch the peak is usually at the start of the backward, with no
+gradient yet; when gradients accumulate over micro-batches (``num_microbatches > 1``, every
+pipeline) they are held from the first backward on and count in full.
 
 Which parameters a layer is charged for: ``LayerCosts.num_params`` counts every parameter *and
-buffer* the layer reads, so a tied embedding/head weight appears in two layers and Llama's rotary
-tables count as parameters. Summed over layers that overstates params, grads and optimizer
-states (gpt-tiny: +7%, the tied head). Pass ``params`` — the trainable ``ParamInfo``s the layer
-owns, each parameter given to exactly one layer — and they are the count for every flavour.
+buffer* the layer reads, so Llama's rotary tables count as parameters. Pass ``params`` — the
+trainable ``ParamInfo``s the layer reads — and they are the count for every flavour. The runtime
+keeps one copy of a tied weight (an embedding and its head) per layer that reads it, each with
+its gradient and optimizer states, so the search passes every parameter a layer reads.
 
 Checked against ``torch.distributed._tools.MemTracker``/``FSDPMemTracker`` (torch 2.13, CPU,
 gloo, world 2, ``tests/dist/test_memory_model.py``; gpt-tiny and llama-tiny, every flavour and
@@ -121,6 +127,7 @@ def layer_memory(
     captured_dtype_bytes: int = 4,
     params: list[ParamInfo] | None = None,
     tp_shard: TPShard | None = None,
+    backward_temp_bytes: int = 0,
 ) -> LayerMemory:
     """Per-rank memory of a layer under ``strategy`` with data-parallel degree ``dp``.
 
@@ -130,6 +137,8 @@ def layer_memory(
     are skipped): when given they, not ``costs.num_params``, are the parameter count (see the
     module doc) and make the FSDP padding exact; without them the count is ``costs.num_params``
     and the shard ``numel / dp``. ``tp_shard`` is required when ``strategy.tp > 1``.
+    ``backward_temp_bytes``: the measured transient of the layer's backward on one rank at the
+    captured batch (:mod:`galvatron_fx.search.runtime_trace`), scaled like the activations.
     """
     if dp < 1:
         raise ValueError(f"dp must be >= 1, got {dp}")
@@ -157,7 +166,7 @@ def layer_memory(
     scale = (micro_batch / captured_batch) * (p.compute_bytes / captured_dtype_bytes)
     act = costs.activation_bytes_for(strategy.recompute) * shard.activation(strategy.recompute) * scale
     full_act = costs.activation_bytes * shard.activation(Recompute.NONE) * scale
-    temp = 0.0
+    temp = backward_temp_bytes * scale
     if strategy.recompute != Recompute.NONE:
         temp += max(0.0, full_act - act)  # brought back while this layer's backward runs
     if sharded:
@@ -175,11 +184,24 @@ def layer_memory(
     )
 
 
-def stage_peak_bytes(memories: list[LayerMemory], in_flight: int) -> int:
-    """Peak per-rank bytes of a pipeline stage holding ``in_flight`` micro-batches."""
+def stage_peak_bytes(memories: list[LayerMemory], in_flight: int | list[int], *,
+                     grads_held: bool = True) -> int:
+    """Peak per-rank bytes of the layers one rank runs, in forward order, holding ``in_flight``
+    micro-batches of activations (one count, or one per layer); ``grads_held``: gradients are
+    held through the step (accumulation over micro-batches, pipelines), else they appear during
+    the backward as activations are freed (see the module doc)."""
     if not memories:
         return 0
-    total = LayerMemory()
-    for m in memories:
-        total = total + m
-    return total.persistent_bytes + in_flight * total.activation_bytes + total.temp_bytes
+    counts = [in_flight] * len(memories) if isinstance(in_flight, int) else list(in_flight)
+    fixed = sum(m.param_bytes + m.unsharded_param_bytes + m.optimizer_bytes for m in memories)
+    acts = [k * m.activation_bytes for k, m in zip(counts, memories)]
+    if grads_held:
+        return fixed + sum(m.grad_bytes for m in memories) + sum(acts) + max(m.temp_bytes for m in memories)
+    # the backward runs from the last layer to the first: while layer i runs, the activations of
+    # layers 0..i are held and the gradients of layers i+1.. are made
+    peak, held, made = 0, sum(acts), 0
+    for i in range(len(memories) - 1, -1, -1):
+        peak = max(peak, held + made + memories[i].temp_bytes)
+        held -= acts[i]
+        made += memories[i].grad_bytes
+    return fixed + max(peak, made)

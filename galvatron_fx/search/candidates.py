@@ -13,12 +13,22 @@ replica sees ``s / dp``):
 - *compute*: the layer's forward and backward from the compute model at ``s / dp`` samples,
   times the share of its work one tensor-parallel rank does (from the ILP), plus the backward's
   recomputation;
-- *tp comm*: the ILP's redistributions inside the layer, scaled to ``s / dp`` samples;
-- *dp comm*: the gradient synchronisation of the layer's parameters over its ``dp`` replicas:
-  DDP one all-reduce per step; ZeRO-2 one reduce-scatter of gradients and one all-gather of
-  parameters per step; ZeRO-3 a reduce-scatter per step and two all-gathers per micro-batch;
-  hidden behind the backward compute where it fits (cost model's overlap);
-- *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions.
+- *tp comm*: the collectives inside the layer, each priced at its bytes for ``s / dp`` samples
+  (a parameter's gradient at its own size): the ILP's redistributions, or — when the cost model
+  sets ``traces_runtime`` — those the runtime's executor issues (:mod:`~galvatron_fx.search.runtime_trace`:
+  forward and backward; op by op under selective recomputation); recomputation runs the
+  forward's collectives again in the backward;
+- *dp comm*: the gradient synchronisation of the layer's parameters over its ``dp`` replicas.
+  DDP: the runtime sums the plain gradients of all layers of a data-parallel group in buckets
+  (:mod:`~galvatron_fx.cost_models.grad_sync`), priced for the whole stage by the planner; per
+  layer the search sees the bytes' share of a bucket (the all-reduce of its bytes less that of
+  one byte), hidden behind its backward where it fits. ZeRO-2: per micro-batch, a reduce-scatter
+  of gradients and an all-gather of parameters; ZeRO-3 the same with a second all-gather for the
+  backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``;
+- *optimizer*: the optimizer step over the parameters the layer reads on this rank (a tied
+  weight once per reader: the runtime keeps a copy per layer), DTensors under FSDP;
+- *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions, or the runtime's
+  saved activations and backward transient when traced.
 """
 
 from __future__ import annotations
@@ -88,14 +98,21 @@ class LayerChoice:
     fwd_s: float  # per micro-batch
     bwd_s: float  # per micro-batch, recomputation included
     tp_comm_s: float  # per micro-batch, not hidden
-    dp_comm_s: float  # per step, exposed after overlap with the backward
+    dp_comm_s: float  # per step, exposed after overlap with the backward (DDP: the bucket share)
     memory: LayerMemory  # activation_bytes for one micro-batch
     in_layout: str
     out_layout: str
     option: LayerOption | None
+    optim_s: float = 0.0  # per step: the optimizer step over this layer's parameters on one rank
+    bucket_bytes: tuple[int, ...] = ()  # DDP (dp > 1): local gradient bytes per parameter, runtime order
 
     def step_time_s(self, m: int) -> float:
-        return m * (self.fwd_s + self.bwd_s + self.tp_comm_s) + self.dp_comm_s
+        return m * (self.fwd_s + self.bwd_s + self.tp_comm_s) + self.dp_comm_s + self.optim_s
+
+    @property
+    def bucketed(self) -> bool:
+        """Whether its gradients join the stage's data-parallel buckets (DDP flavour, dp > 1)."""
+        return self.dp > 1 and self.strategy.dp_type == DPType.DDP
 
     def mem_bytes(self, in_flight: int) -> int:
         return self.memory.persistent_bytes + in_flight * self.memory.activation_bytes
@@ -111,6 +128,17 @@ class OptionCache:
     decomposed: dict[str, object] = field(default_factory=dict)
     solves: int = 0
     solve_s: float = 0.0
+
+    def trace(self, layer: LayerInfo, option: LayerOption | None, *, interpreted: bool = False):
+        """The runtime's trace of ``layer`` under ``option`` (None: tp = 1) when the cost model
+        asks for it (``traces_runtime``), else None."""
+        if not getattr(self.cost_model, "traces_runtime", False):
+            return None
+        from galvatron_fx.search.runtime_trace import trace_layer
+
+        if layer.kind not in self.decomposed:
+            self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
+        return trace_layer(self.mg, layer, option, interpreted=interpreted, decomposed=self.decomposed[layer.kind])
 
     def option_list(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
         """The ILP's options for (tp, sp): the fastest, plus the memory-lean one (every matrix
@@ -170,9 +198,13 @@ def layer_choices(
     """All priced choices of ``layer`` in a stage of ``devices`` ranks (see module doc)."""
     cm = cache.cost_model
     out: list[LayerChoice] = []
+    # every trainable parameter the layer reads (the runtime keeps a copy per reader: memory and
+    # the optimizer count it), of which the gradients it owns are summed over dp (a tied weight's
+    # copies are summed locally first and reduced once, with its first reader)
     params = [mg.params[f] for f in layer.param_names
-              if f in mg.params and not mg.params[f].is_buffer and mg.params[f].layers[:1] == (layer.name,)]
-    grad_bytes = sum(p.nbytes for p in params if p.requires_grad)
+              if f in mg.params and not mg.params[f].is_buffer and mg.params[f].requires_grad]
+    owned = [p for p in params if p.layers[:1] == (layer.name,)]
+    grad_bytes = sum(p.nbytes for p in owned)
     for tp in allowed_tp(space, devices, devices_per_node):
         dp = devices // tp
         if samples % dp != 0:
@@ -183,48 +215,98 @@ def layer_choices(
         sps = space.sp if tp > 1 and layer.role == LayerRole.BLOCK else (SPMode.NONE,)
         for sp in sps:
             for opt in (cache.option_list(layer, tp, sp) if tp > 1 else [None]):
-                out.extend(_priced(mg, layer, cm, space, opt, tp=tp, sp=sp, dp=dp, local=local, frac=frac,
-                                   ranks=ranks, params=params, grad_bytes=grad_bytes,
+                out.extend(_priced(mg, layer, cache, space, opt, tp=tp, sp=sp, dp=dp, local=local, frac=frac,
+                                   ranks=ranks, params=params, owned=owned, grad_bytes=grad_bytes,
                                    num_microbatches=num_microbatches, captured_batch=captured_batch))
     return _or_replicated(out, mg, layer, cache, space, devices=devices, ranks=ranks, samples=samples,
                           num_microbatches=num_microbatches, captured_batch=captured_batch,
                           devices_per_node=devices_per_node)
 
 
-def _priced(mg, layer, cm, space, opt, *, tp, sp, dp, local, frac, ranks, params, grad_bytes, num_microbatches,
-            captured_batch) -> list[LayerChoice]:
+def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, params, owned, grad_bytes,
+            num_microbatches, captured_batch) -> list[LayerChoice]:
     """Every (recompute, dp flavour) of one (tp, sp, option), priced."""
+    cm = cache.cost_model
     out: list[LayerChoice] = []
+    m = num_microbatches
     share = opt.compute_ratio if opt is not None else 1.0
     pf = opt.param_fraction if opt is not None else 1.0
     af = opt.activation_fraction if opt is not None else 1.0
-    tp_comm = (opt.comm_fwd_s + opt.comm_bwd_s) * frac if opt is not None else 0.0
+    lowered = cache.trace(layer, opt)  # what the runtime's executor does (None: not asked for)
     fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
     dp_ranks = list(ranks[::tp])[:dp]
+    tp_ranks = list(range(tp))
+    saved = layer.costs.activation_bytes
+    af_none = lowered.saved_bytes / saved if lowered is not None and saved > 0 else af
+    numel = sum(p.numel for p in params)
+    sizes = [int(p.nbytes * pf) for p in reversed(owned)]  # the runtime's order: last parameter first
     # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
     for rc in rcs:
         _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share
+        # selective recomputation runs the layer op by op (the interpreter), the others lowered
+        trace = cache.trace(layer, opt, interpreted=True) if rc == Recompute.SELECTIVE and tp > 1 else lowered
+        events = trace.comm if trace is not None else (opt.comm if opt is not None else ())
+        tp_comm = _comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
+                          compute_s={"fwd": fwd_s, "bwd": bwd_s})
+        temp = trace.bwd_transient_bytes if trace is not None else 0
         for dpt in space.dp_types:
             if dp == 1 and dpt != DPType.DDP:
                 continue
             strategy = LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc)
+            shard = TPShard(param_fraction=pf, activation_fraction=(af_none, af, af)) \
+                if tp > 1 or lowered is not None else None
             mem = cm.layer_memory(layer.costs, strategy, dp=dp, micro_batch=local,
-                                  captured_batch=captured_batch, params=params or None,
-                                  tp_shard=TPShard(param_fraction=pf, activation_fraction=(af, af, af))
-                                  if tp > 1 else None)
-            dp_comm = _dp_comm_s(cm, dpt, int(grad_bytes * pf), dp_ranks, num_microbatches)
-            exposed = max(0.0, cm.overlapped_s(bwd_s * num_microbatches, dp_comm) - bwd_s * num_microbatches)
+                                  captured_batch=captured_batch, params=params or None, tp_shard=shard,
+                                  backward_temp_bytes=temp)
+            sharded = dpt != DPType.DDP and dp > 1
+            if sharded:
+                # FSDP shards and gathers every copy a layer keeps (a tied weight's too)
+                comm = _fsdp_comm_s(cm, dpt, int(sum(p.nbytes for p in params) * pf), dp_ranks, m,
+                                    compute_s=fwd_s + bwd_s)
+                dp_comm = cm.exposed_fsdp_s(m * (fwd_s + bwd_s), comm) if comm > 0 else 0.0
+            else:
+                share_s = _bucket_share_s(cm, int(grad_bytes * pf), dp_ranks)
+                dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
+            local_numel = numel * pf / dp if sharded else numel * pf
+            optim = _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
             out.append(LayerChoice(
                 strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,
-                dp_comm_s=exposed, memory=mem,
+                dp_comm_s=dp_comm, memory=mem,
                 in_layout=(opt.input_layout[0] if opt and opt.input_layout else "R"),
                 out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
-                option=opt,
+                option=opt, optim_s=optim,
+                bucket_bytes=tuple(sizes) if dp > 1 and dpt == DPType.DDP else (),
             ))
     return out
+
+
+def _comm_s(cm: CostModel, events, frac: float, ranks: list[int], *, again_fwd: bool,
+            compute_s: dict[str, float]) -> float:
+    """Seconds per micro-batch of a layer's collectives at ``frac`` of the captured batch (a
+    parameter's own at its size), each after its share of the forward's or backward's compute
+    (``compute_s``); recomputation (``again_fwd``) repeats the forward's."""
+    tp_price = getattr(cm, "tp_collective_time_s", None)  # optional for older cost models
+    count = {d: sum(e.direction == d for e in events) for d in ("fwd", "bwd")}
+    total = 0.0
+    for e in events:
+        nbytes = int(e.nbytes * frac) if e.per_sample else e.nbytes
+        gap = compute_s.get(e.direction, 0.0) / max(count.get(e.direction, 1), 1)
+        if nbytes <= 0:
+            t = 0.0
+        elif tp_price is not None:
+            t = tp_price(e.collective, nbytes, ranks, gap_s=gap)
+        else:
+            t = cm.collective_time_s(e.collective, nbytes, ranks)
+        total += t * (2 if again_fwd and e.direction == "fwd" else 1)
+    return total
+
+
+def _optimizer_s(cm: CostModel, numel: int, tensors: int, *, dtensor: bool) -> float:
+    step = getattr(cm, "optimizer_step_s", None)  # optional for cost models written before it
+    return step(numel, tensors, dtensor=dtensor) if step is not None and tensors > 0 else 0.0
 
 
 def _or_replicated(out, mg, layer, cache, space, *, devices, ranks, samples, num_microbatches, captured_batch,
@@ -246,17 +328,27 @@ def _with_tp1(space: SearchSpace) -> SearchSpace:
     return dataclasses.replace(space, tp=(1,), max_tp=None)
 
 
-def _dp_comm_s(cm: CostModel, dpt: DPType, nbytes: int, ranks: list[int], m: int) -> float:
-    """Seconds per step of synchronising ``nbytes`` of gradients (see module doc)."""
+def _bucket_share_s(cm: CostModel, nbytes: int, ranks: list[int]) -> float:
+    """A DDP layer's share of its group's bucketed all-reduces: the all-reduce of its bytes less
+    that of one byte (the per-collective latency is paid per bucket, by the stage)."""
     if len(ranks) <= 1 or nbytes == 0:
         return 0.0
-    if dpt == DPType.DDP:
-        return cm.collective_time_s(Collective.ALL_REDUCE, nbytes, ranks)
-    rs = cm.collective_time_s(Collective.REDUCE_SCATTER, nbytes, ranks)
-    ag = cm.collective_time_s(Collective.ALL_GATHER, nbytes, ranks)
-    if dpt == DPType.ZERO2:
-        return rs + ag
-    return rs + 2 * m * ag
+    return max(0.0, cm.collective_time_s(Collective.ALL_REDUCE, nbytes, ranks)
+               - cm.collective_time_s(Collective.ALL_REDUCE, 1, ranks))
+
+
+def _fsdp_comm_s(cm: CostModel, dpt: DPType, nbytes: int, ranks: list[int], m: int, *, compute_s: float) -> float:
+    """Seconds per step of FSDP's collectives for ``nbytes`` of parameters: per micro-batch a
+    reduce-scatter of the gradients, and one all-gather of the parameters (ZeRO-2, kept from
+    forward to backward) or two (ZeRO-3, gathered again for the backward); each after its share
+    of the layer's ``compute_s`` per micro-batch since the previous one."""
+    if len(ranks) <= 1 or nbytes == 0:
+        return 0.0
+    n = 2 if dpt == DPType.ZERO2 else 3
+    gap = compute_s / n
+    rs = cm.collective_time_s(Collective.REDUCE_SCATTER, nbytes, ranks, gap_s=gap)
+    ag = cm.collective_time_s(Collective.ALL_GATHER, nbytes, ranks, gap_s=gap)
+    return m * (rs + (n - 1) * ag)
 
 
 def transition_s(cm: CostModel, a: LayerChoice, b: LayerChoice, nbytes: int, ndim: int,

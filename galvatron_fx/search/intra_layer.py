@@ -377,8 +377,9 @@ class CommEvent:
     direction: str  # "fwd" | "bwd"
     value: str
     collective: str  # all_reduce, all_gather, reduce_scatter, all_to_all
-    nbytes: int
+    nbytes: int  # at the captured batch (CommModel's convention: the full tensor)
     time_s: float
+    per_sample: bool = True  # bytes scale with the micro-batch (False: a parameter or its gradient)
 
 
 @dataclass(frozen=True)
@@ -728,36 +729,71 @@ def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | st
     dl = decomposed or decompose_layer(mg, layer)
     problem, by_name = build_problem(dl, tp, sp, cost_model, ranks, shard_params=shard_params)
     choice, objective, num_vars = solve_placement(problem)
-    chosen = {n: problem.strategies[n][i] for n, i in choice.items()}
-    total, events = evaluate(problem, choice)
-    assert abs(total - objective) <= 1e-9 + 1e-6 * abs(objective), \
-        f"ILP objective {objective} != evaluated {total} for {layer.name}"
-    comm = tuple(CommEvent(d, v, c, _bytes_of(problem, v), t)
-                 for d, v, c, t in events)
-    compute_s = sum(problem.compute_s[n][i] for n, i in choice.items())
-    role = dict(zip((ph.name for ph in dl.inputs), dl.input_roles))
-    out_node = next(n for n in dl.gm.graph.nodes if n.op == "output")
-    outs = [a for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
-    option = LayerOption(
-        kind=layer.kind, tp=tp, sp=sp,
-        placements={n: _fmt(s) for n, s in chosen.items()},
-        compute_s=compute_s,
-        compute_ratio=compute_s / full if (full := sum(max(c) for c in problem.compute_s.values() if c)) > 0 else 1.0,
-        comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
-        comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
-        param_fraction=_param_fraction(dl, {by_name[n]: s for n, s in chosen.items()}, tp),
-        activation_fraction=_activation_fraction(dl, {by_name[n]: s for n, s in chosen.items()},
-                                                 [by_name[n] for n in problem.nodes if n not in role], tp),
-        comm=comm,
-        input_layout=tuple(pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
-        output_layout=tuple(_out_placement(chosen, a) for a in outs),
-        objective_s=objective,
-        solve_s=time.perf_counter() - t0,
-        num_variables=num_vars,
-    )
+    option = _option(layer, dl, problem, by_name, choice, tp, sp, solve=(objective, num_vars, t0))
     log.info("intra-layer ILP %s tp=%d sp=%s: %d variables, %.3f s, fwd comm %s", layer.name, tp, sp,
              num_vars, option.solve_s, option.collectives("fwd"))
     return option
+
+
+def param_values(dl: DecomposedLayer) -> set[str]:
+    """Names of the decomposed layer's nodes computed from parameters alone (the parameters and
+    their views, transposes, casts): their bytes do not grow with the batch."""
+    out = {ph.name for ph, r in zip(dl.inputs, dl.input_roles) if r == "param"}
+    for n in dl.gm.graph.nodes:
+        if n.op == "call_function" and n.all_input_nodes and all(a.name in out for a in n.all_input_nodes):
+            out.add(n.name)
+    return out
+
+
+def option_from_placements(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
+                           placements: dict[str, str], *, decomposed: DecomposedLayer | None = None) -> LayerOption:
+    """The :class:`LayerOption` of ``layer`` with given placements (a saved plan's), priced by
+    ``cost_model``: what :func:`solve_intra_layer` returns with the ILP's choice replaced by
+    ``placements``. Raises ``PlanError`` when a placement is not a strategy of its node."""
+    sp = SPMode(sp)
+    dl = decomposed or decompose_layer(mg, layer)
+    problem, by_name = build_problem(dl, tp, sp, cost_model, list(range(tp)))
+    choice = {}
+    for n in problem.nodes:
+        idx = [i for i, st in enumerate(problem.strategies[n]) if _fmt(st) == placements.get(n)]
+        if not idx:
+            raise PlanError(f"layer {layer.name}: placement {placements.get(n)!r} of {n} is not a strategy at "
+                            f"tp={tp}; re-plan with this torch version")
+        choice[n] = idx[0]
+    return _option(layer, dl, problem, by_name, choice, tp, sp)
+
+
+def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by_name: dict, choice: dict[str, int],
+            tp: int, sp: SPMode, *, solve: tuple[float, int, float] | None = None) -> LayerOption:
+    """The :class:`LayerOption` of a chosen strategy per node, priced by ``problem``'s cost
+    model. ``solve``: ``(objective, variables, start time)`` of the ILP that chose it (checked
+    against the evaluated cost), else a given choice."""
+    chosen = {n: problem.strategies[n][i] for n, i in choice.items()}
+    total, events = evaluate(problem, choice)
+    if solve is not None:
+        assert abs(total - solve[0]) <= 1e-9 + 1e-6 * abs(solve[0]), \
+            f"ILP objective {solve[0]} != evaluated {total} for {layer.name}"
+    role = dict(zip((ph.name for ph in dl.inputs), dl.input_roles))
+    weights = param_values(dl)
+    comm = tuple(CommEvent(d, v, c, _bytes_of(problem, v), t, per_sample=v.rsplit("[", 1)[0] not in weights)
+                 for d, v, c, t in events)
+    compute_s = sum(problem.compute_s[n][i] for n, i in choice.items())
+    full = sum(max(c) for c in problem.compute_s.values() if c)
+    out_node = next(n for n in dl.gm.graph.nodes if n.op == "output")
+    outs = [a for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
+    by_node = {by_name[n]: st for n, st in chosen.items()}
+    return LayerOption(
+        kind=layer.kind, tp=tp, sp=sp, placements={n: _fmt(st) for n, st in chosen.items()},
+        compute_s=compute_s, compute_ratio=compute_s / full if full > 0 else 1.0,
+        comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
+        comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
+        param_fraction=_param_fraction(dl, by_node, tp),
+        activation_fraction=_activation_fraction(dl, by_node, [by_name[n] for n in problem.nodes if n not in role], tp),
+        comm=comm, input_layout=tuple(pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
+        output_layout=tuple(_out_placement(chosen, a) for a in outs),
+        objective_s=solve[0] if solve is not None else total,
+        solve_s=time.perf_counter() - solve[2] if solve is not None else 0.0,
+        num_variables=solve[1] if solve is not None else 0)
 
 
 def _bytes_of(problem: PlacementProblem, value: str) -> int:

@@ -20,10 +20,25 @@ Algorithm, for each pipeline degree ``pp`` (a divisor of the world), micro-batch
    the real objective, memory re-checked by the stage DPs).
 Points whose lower bound (their fastest, memory-blind time) cannot beat the best plan found are
 skipped.
+
+A point's step time = the simulated schedule (or ``m`` micro-batches of compute without
+pipeline) + the busiest rank's synchronisation: the data-parallel gradient sums as the runtime
+buckets them (:func:`~galvatron_fx.cost_models.grad_sync.bucketed_sync_s` per data-parallel
+group of each chunk, launched during the last backward without pipeline, after the schedule with
+one), FSDP's exposed collectives, the all-reduce of weights tied across pipeline stages, and the
+optimizer step. The per-layer DP sees each DDP layer's share of a bucket only (module
+:mod:`~galvatron_fx.search.candidates`), so the latency paid per bucket is priced here, once.
+Memory: the DP adds every layer's gradients and its largest temporary (conservative); the plan
+reports the peak of :func:`~galvatron_fx.cost_models.memory.stage_peak_bytes`, where with one
+micro-batch and no pipeline the gradients only appear as the backward frees activations.
+
+:func:`price_plan` re-prices a given plan — its stages, micro-batches, schedule, layer strategies
+and placements — with any cost model, through the same evaluation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -35,6 +50,8 @@ import numpy as np
 
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
+from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
+from galvatron_fx.cost_models.memory import stage_peak_bytes
 from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.inspect import fmt_bytes
@@ -48,7 +65,8 @@ from galvatron_fx.ir.plan import (
     cluster_hash,
     graph_hash,
 )
-from galvatron_fx.ir.strategy import Precision
+from galvatron_fx.ir.strategy import DPType, Precision, SPMode
+from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.candidates import (
     LayerChoice,
     OptionCache,
@@ -56,7 +74,9 @@ from galvatron_fx.search.candidates import (
     layer_choices,
     prune_dominated,
     transition_matrix,
+    transition_s,
 )
+from galvatron_fx.search.intra_layer import decompose_layer, option_from_placements
 from galvatron_fx.search.layer_dp import ChainProblem, solve_chain
 
 log = logging.getLogger(__name__)
@@ -192,6 +212,12 @@ class _Search:
             need = max(sum(max(chunks[c].min_mem_bytes, 0) for c in range(r, pp * v, pp)) for r in range(pp))
             self.smallest_need = min(self.smallest_need, need)
             return None
+        return self._price(chunks, pp, m, schedule, samples)
+
+    def _price(self, chunks: list[_StageResult], pp: int, m: int, schedule: str, samples: int) -> _Candidate | None:
+        """Simulate a step of these solved chunks and add the synchronisation (module doc)."""
+        devices = self.world // pp
+        v = _virtual(schedule)
         costs = []
         for c, st in enumerate(chunks):
             fwd = sum(x.fwd_s + x.tp_comm_s / 2 for x in st.choices) + sum(st.trans_s) / (2 * m)
@@ -208,14 +234,81 @@ class _Search:
                 return None
             step, bubble = res.step_time_s, res.bubble_fraction
         per_rank = [[chunks[c] for c in range(r, pp * v, pp)] for r in range(pp)]
-        dp_sync = max(sum(x.dp_comm_s for st in sts for x in st.choices) for sts in per_rank)
-        step += dp_sync
+        tied = self._cross_tied_s(chunks, pp, devices) if pp > 1 else 0.0
+        syncs = [self._sync_s(sts, devices, armed=pp == 1) for sts in per_rank]
+        optim = [sum(x.optim_s for st in sts for x in st.choices) for sts in per_rank]
+        after = max(sy + tied + o for sy, o in zip(syncs, optim))
         busy = [sum(m * (x.fwd_s + x.bwd_s) for st in sts for x in st.choices) for sts in per_rank]
-        comm = max(m * sum(x.tp_comm_s for st in sts for x in st.choices) for sts in per_rank) + dp_sync
+        tp_comm = max(m * sum(x.tp_comm_s for st in sts for x in st.choices) for sts in per_rank)
         transition = max(sum(sum(st.trans_s) for st in sts) for sts in per_rank)
-        breakdown = {"compute": max(busy), "comm": comm, "transition": transition,
-                     "bubble": bubble * (step - dp_sync)}
-        return _Candidate(pp, m, schedule, samples, chunks, step, bubble, breakdown, v)
+        breakdown = {"compute": max(busy), "comm": tp_comm + max(syncs) + tied, "transition": transition,
+                     "bubble": bubble * step, "dp_sync": max(syncs) + tied, "optimizer": max(optim)}
+        return _Candidate(pp, m, schedule, samples, chunks, step + after, bubble, breakdown, v)
+
+    def _sync_s(self, chunks: list[_StageResult], devices: int, *, armed: bool) -> float:
+        """Seconds one rank's gradient synchronisation adds to a step: FSDP's exposed collectives
+        per layer, and per chunk and data-parallel group the bucketed DDP sums (module doc)."""
+        total = 0.0
+        for st in chunks:
+            total += sum(x.dp_comm_s for x in st.choices if not x.bucketed)
+            groups: dict[tuple[int, int], list[tuple[int, float]]] = {}
+            t = 0.0  # the last micro-batch's backward runs from the chunk's last layer to its first
+            for x in reversed(st.choices):
+                t += x.bwd_s + x.tp_comm_s / 2
+                if x.bucketed:
+                    groups.setdefault((x.dp, x.strategy.tp), []).extend((b, t) for b in x.bucket_bytes)
+            for (dp, tp), entries in groups.items():
+                total += bucketed_sync_s(self.cm, entries, list(range(devices))[::tp][:dp], t, armed=armed)
+        return total
+
+    def _cross_tied_s(self, chunks: list[_StageResult], pp: int, devices: int) -> float:
+        """The all-reduce over the pipeline group of each weight read in several stages (a tied
+        embedding and head), after every chunk's own sync."""
+        chunk_of = {i: c for c, st in enumerate(chunks) for i in st.layers}
+        index = {layer.name: i for i, layer in enumerate(self.layers)}
+        group = [s * devices for s in range(pp)]
+        total = 0.0
+        for info in self.mg.params.values():
+            if info.is_buffer or not info.requires_grad:
+                continue
+            stages = {chunk_of[index[n]] % pp for n in info.layers if n in index}
+            if len(stages) > 1:
+                total += self.cm.collective_time_s(Collective.ALL_REDUCE, info.nbytes, group)
+        return total
+
+    def polish(self, cand: _Candidate) -> _Candidate:
+        """The stage DPs see a DDP layer's share of its group's buckets only, so the exact price
+        (per bucket, with its latency and the exposed last bucket) can make another
+        data-parallel flavour better: try each flavour on every layer that has it with the same
+        tp, SP mode, recompute and dp, and keep the fastest variant within the budget."""
+        best = cand
+        devices = self.world // cand.pp
+        v = _virtual(cand.schedule)
+        for flavour in self.space.dp_types:
+            chunks, changed = [], False
+            for st in cand.stages:
+                new = []
+                for i, x in zip(st.layers, st.choices):
+                    want = dataclasses.replace(x.strategy, dp_type=flavour)
+                    alt = [c for c in self.choices(i, devices, cand.samples, cand.m)
+                           if c.dp == x.dp and c.strategy == want and c.option is x.option]
+                    new.append(alt[0] if alt else x)
+                if all(a is b for a, b in zip(new, st.choices)):
+                    chunks.append(st)
+                    continue
+                changed = True
+                mem = sum(c.mem_bytes(st.in_flight) for c in new) + max(c.memory.temp_bytes for c in new)
+                if mem > self.budget // v:
+                    break
+                chunks.append(_StageResult(st.layers, new, st.trans_s,
+                                           sum(c.step_time_s(cand.m) for c in new) + sum(st.trans_s), mem,
+                                           st.in_flight, st.all_choices, st.min_mem_bytes))
+            else:
+                if changed:
+                    other = self._price(chunks, cand.pp, cand.m, cand.schedule, cand.samples)
+                    if other is not None and other.step_time_s < best.step_time_s - 1e-12:
+                        best = other
+        return best
 
     def _in_flight(self, schedule: str, pp: int, m: int, v: int) -> list[int]:
         """Micro-batches each chunk holds at its peak: m under GPipe, pp − s under 1F1B, and
@@ -353,7 +446,7 @@ class _Search:
             if best_move is None:
                 break
             bounds, cur = best_move
-        return cur
+        return self.polish(cur) if cur is not None else None
 
     def run(self) -> _Candidate:
         best: _Candidate | None = None
@@ -389,6 +482,81 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
     return _assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name)
+
+
+def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> ParallelPlan:
+    """The same plan — pp, micro-batches, schedule, stage boundaries, every layer's strategy, dp
+    and placements — priced by ``cost_model`` (on its cluster) through the planner's own
+    evaluation. Returns a copy of ``plan`` whose predictions (per layer and in total) are
+    ``cost_model``'s. Raises ``PlanError`` when ``mg`` is not the graph the plan was made for or
+    the cost model cannot price a layer's strategy."""
+    if len(plan.layers) != len(mg.layers) or any(lp.name != l.name for lp, l in zip(plan.layers, mg.layers)):
+        raise PlanError(f"plan {plan.model!r} names other layers than the graph {mg.name!r}; price it on its own graph")
+    cluster = cost_model.cluster
+    if cluster.world_size != plan.world_size:
+        raise PlanError(f"plan {plan.model!r} is for {plan.world_size} devices, the cost model's cluster has "
+                        f"{cluster.world_size}")
+    space = SearchSpace(
+        tp=tuple(sorted({lp.strategy.tp for lp in plan.layers})),
+        sp=tuple(sorted({lp.strategy.sp for lp in plan.layers} | {SPMode.NONE})),
+        dp_types=tuple(sorted({lp.strategy.dp_type for lp in plan.layers} | {DPType.DDP})),
+        recompute=tuple(sorted({lp.strategy.recompute for lp in plan.layers} | {Recompute.NONE})),
+        pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,))
+    s = _Pinned(plan, mg, cluster, cost_model, space, plan.global_batch_size, plan.predicted.memory_budget_bytes,
+                False, _PlanOptions(mg, cost_model, plan=plan))
+    cand = s.evaluate(list(plan.stage_boundaries), plan.pp, plan.num_microbatches, plan.schedule,
+                      plan.global_batch_size // plan.num_microbatches)
+    if cand is None:
+        raise PlanError(f"{plan.model}: the cost model cannot price this plan")
+    return _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, dict(plan.solver_stats),
+                     plan.baseline, plan.precision, plan.model)
+
+
+@dataclass
+class _PlanOptions(OptionCache):
+    """Only a plan's own placements, priced by the cost model."""
+
+    plan: ParallelPlan | None = None
+
+    def option_list(self, layer, tp, sp):
+        key = (layer.kind, tp, sp)
+        if key not in self.options:
+            want: list[dict[str, str]] = []
+            for lp in self.plan.layers:
+                if (lp.kind, lp.strategy.tp, lp.strategy.sp) == key and lp.placements and lp.placements not in want:
+                    want.append(dict(lp.placements))
+            if layer.kind not in self.decomposed:
+                self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
+            self.options[key] = [option_from_placements(self.mg, layer, tp, sp, self.cost_model, w,
+                                                        decomposed=self.decomposed[layer.kind]) for w in want]
+        return self.options[key]
+
+
+class _Pinned(_Search):
+    """The search's evaluation with every layer pinned to a plan's choice."""
+
+    def __init__(self, plan: ParallelPlan, *args):
+        super().__init__(*args)
+        self.plan = plan
+
+    def stage(self, lo, hi, devices, samples, m, in_flight, budget=None):
+        chosen, trans = [], [0.0]
+        for i in range(lo, hi):
+            lp = self.plan.layers[i]
+            cands = [c for c in self.choices(i, devices, samples, m)
+                     if c.strategy == lp.strategy and c.dp == lp.dp
+                     and (dict(c.option.placements) if c.option is not None else {}) == dict(lp.placements)]
+            if not cands:
+                raise PlanError(f"{self.plan.model}: no priced choice matches layer {lp.name} ({lp.strategy.short()}, "
+                                f"dp={lp.dp})")
+            chosen.append(cands[0])
+            if i > lo:
+                prev = self.layers[i - 1]
+                nbytes = int(prev.costs.output_bytes * samples / self.captured_batch)
+                trans.append(m * transition_s(self.cm, chosen[-2], chosen[-1], nbytes, 3, list(range(devices))))
+        mem = sum(c.mem_bytes(in_flight) for c in chosen) + max(c.memory.temp_bytes for c in chosen)
+        time_s = sum(c.step_time_s(m) for c in chosen) + sum(trans)
+        return _StageResult(range(lo, hi), chosen, trans, time_s, mem, in_flight, [[c] for c in chosen], mem)
 
 
 def plan(
@@ -465,15 +633,19 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
               baseline: dict | None, precision: str, name: str) -> ParallelPlan:
     devices = cluster.world_size // best.pp
     layer_plans: list[LayerPlan] = []
-    peaks = [0] * best.pp
-    temps = [0] * best.pp
-    for c, st in enumerate(best.stages):  # a stage, or a chunk of one under interleaving
-        rank_stage = c % best.pp
-        peaks[rank_stage] += sum(x.mem_bytes(st.in_flight) for x in st.choices)
-        temps[rank_stage] = max(temps[rank_stage], max((x.memory.temp_bytes for x in st.choices), default=0))
-    peaks = [int(p + t) for p, t in zip(peaks, temps)]
+    peaks = []
+    for r in range(best.pp):  # a rank runs stage r: one chunk, or several under interleaving
+        sts = best.stages[r::best.pp]
+        peaks.append(stage_peak_bytes([x.memory for st in sts for x in st.choices],
+                                      [st.in_flight for st in sts for _ in st.choices],
+                                      grads_held=best.m > 1 or best.pp > 1))
+    # what the stage DPs held each rank to (every gradient and the largest temporary added up):
+    # the measure alternatives are refused by
+    searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
+                + max(x.memory.temp_bytes for st in best.stages[r::best.pp] for x in st.choices)
+                for r in range(best.pp)]
     for c, st in enumerate(best.stages):
-        stage_mem = peaks[c % best.pp]
+        stage_mem = searched[c % best.pp]
         for j, i in enumerate(st.layers):
             layer = mg.layers[i]
             x = st.choices[j]

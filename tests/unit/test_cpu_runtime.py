@@ -58,24 +58,67 @@ def test_unmeasured_process_counts_scale_from_the_nearest_measured_one():
     assert bare.slowdown_for(1) == 1.0 and bare.slowdown_for(2) == 1.0 and bare.slowdown_for(6) == 3.0
 
 
-def test_collectives_are_stretched_by_the_measured_in_step_ratio_of_their_group_size():
+def test_collectives_pay_the_measured_in_step_excess_of_their_group_size():
     cl = default_local_cpu(4)
     base = CommModel(cl)
-    sizes = (4096, 1 << 20)
-    # in-step all-reduces: 3× the fit for groups of 4, 2× for groups of 2
-    per = {(4, 4): {b: 3 * base.time_s(Collective.ALL_REDUCE, b, 4) for b in sizes},
-           (4, 2): {b: 2 * base.time_s(Collective.ALL_REDUCE, b, 2) for b in sizes},
-           (2, 2): {b: 9 * base.time_s(Collective.ALL_REDUCE, b, 2) for b in sizes}}  # another world: unused
-    cm = cost_model(cl, _cal(collective_s=per))
-    assert cpu_runtime.comm_factors(_cal(collective_s=per), cl) == pytest.approx({4: 3.0, 2: 2.0})
+    ar = lambda b, g: base.time_s(Collective.ALL_REDUCE, b, g)  # noqa: E731
+    # in-step all-reduces: the fit plus 3 ms (4 KiB) to 5 ms (1 MiB) for groups of 4, plus 1 ms for groups of 2
+    per = {(4, 4): {4096: ar(4096, 4) + 3e-3, 1 << 20: ar(1 << 20, 4) + 5e-3},
+           (4, 2): {4096: ar(4096, 2) + 1e-3, 1 << 20: ar(1 << 20, 2) + 1e-3},
+           (2, 2): {4096: 9.0}}  # another process count: unused
+    # right after another sync, a collective waits out less: the fit plus 1 ms (groups of 4)
+    close = {(4, 4): {4096: ar(4096, 4) + 1e-3, 1 << 20: ar(1 << 20, 4) + 1e-3}}
+    cal = _cal(collective_s=per, collective_close_s=close, probe_step_s={4: 0.020})
+    cm = cost_model(cl, cal)
+    ex = cpu_runtime.comm_excess(cal, cl)[4]
+    assert [b for b, _, _ in ex] == [4096, 1 << 20] and [e for _, e, _ in ex] == pytest.approx([3e-3, 5e-3])
+    assert [f for _, _, f in ex] == pytest.approx([1e-3, 1e-3])
+    # by the compute since the previous sync: the floor, half way, the whole probe step and beyond
+    for gap, extra in ((0.0, 1e-3), (0.010, 3e-3), (0.020, 5e-3), (1.0, 5e-3)):
+        assert cm.collective_time_s("all_reduce", 1 << 20, 4, gap_s=gap) == pytest.approx(ar(1 << 20, 4) + extra)
+    assert cm.tp_collective_time_s("all_reduce", 1 << 20, 4, gap_s=0.0) == pytest.approx(ar(1 << 20, 4) + 1e-3)
+    # no floor measured (groups of 2): the excess after a step whatever the gap
+    assert cm.collective_time_s("all_reduce", 1 << 20, [2, 3], gap_s=0.0) == pytest.approx(ar(1 << 20, 2) + 1e-3)
+    # exactly the measured seconds at the measured sizes, whatever the collective's own fit
+    assert cm.collective_time_s("all_reduce", 4096, [0, 1, 2, 3]) == pytest.approx(per[(4, 4)][4096])
     for coll in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE):
-        assert cm.collective_time_s(coll, 1 << 18, [0, 1, 2, 3]) == pytest.approx(3 * base.time_s(coll, 1 << 18, 4))
-        assert cm.collective_time_s(coll, 1 << 18, [2, 3]) == pytest.approx(2 * base.time_s(coll, 1 << 18, 2))
-    # the reshard cost (what the intra-layer ILP pays) goes through the same stretched model
-    assert cm.comm.time_s(Collective.ALL_GATHER, 1 << 18, 2) == pytest.approx(2 * base.time_s("all_gather", 1 << 18, 2))
+        assert cm.collective_time_s(coll, 1 << 20, [0, 1, 2, 3]) == pytest.approx(base.time_s(coll, 1 << 20, 4) + 5e-3)
+        assert cm.collective_time_s(coll, 1 << 20, [2, 3]) == pytest.approx(base.time_s(coll, 1 << 20, 2) + 1e-3)
+    # interpolated in log bytes between the sizes, held beyond them
+    assert cm.collective_time_s("all_reduce", 1 << 16, 4) == pytest.approx(ar(1 << 16, 4) + 4e-3)
+    assert cm.collective_time_s("all_reduce", 64, 4) == pytest.approx(ar(64, 4) + 3e-3)
+    assert cm.collective_time_s("all_reduce", 1 << 26, 4) == pytest.approx(ar(1 << 26, 4) + 5e-3)
+    assert cm.collective_time_s("all_reduce", 0, 4) == 0.0
+    # the reshard cost (what the intra-layer ILP pays) goes through the same model
+    assert cm.comm.time_s(Collective.ALL_GATHER, 1 << 20, 2) == pytest.approx(base.time_s("all_gather", 1 << 20, 2) + 1e-3)
     # without measurements: the cluster's own figures
     plain = cost_model(cl, _cal())
     assert plain.collective_time_s("all_reduce", 1 << 18, 4) == pytest.approx(base.time_s("all_reduce", 1 << 18, 4))
+
+
+def test_optimizer_fsdp_tensor_parallel_and_op_by_op_terms():
+    cl = default_local_cpu(4)  # slowdown 2.3
+    cal = _cal(optimizer_s_per_element=2e-9, optimizer_s_per_tensor=20e-6, optimizer_s_per_dtensor=150e-6,
+               fsdp_factor={2: 0.5, 4: 0.7}, tp_factor={4: 0.6}, interpreted_overhead_s=300e-6)
+    cm = cost_model(cl, cal)
+    assert cm.traces_runtime
+    assert cm.optimizer_step_s(1_000_000, 50) == pytest.approx(2.3 * (2e-3 + 50 * 20e-6))
+    assert cm.optimizer_step_s(1_000_000, 50, dtensor=True) == pytest.approx(2.3 * (2e-3 + 50 * 150e-6))
+    # FSDP's collectives are not hidden behind compute on gloo: their seconds times the factor
+    assert cm.exposed_fsdp_s(1.0, 0.1) == pytest.approx(0.07)
+    assert cm.tp_collective_time_s("all_reduce", 4096, 4) == pytest.approx(0.6 * cm.collective_time_s("all_reduce", 4096, 4))
+    assert cal.fsdp_factor_for(3) == 0.5 and cal.tp_factor_for(2) == 0.6 and _cal().fsdp_factor_for(4) == 1.0
+    # selective recomputation runs its layers op by op: the per-kernel overhead is its own
+    from galvatron_fx import zoo
+    from galvatron_fx.capture import capture
+
+    mg = capture(*zoo.build("gpt-tiny", batch_size=2, seq_len=32, device="meta"))
+    block = mg.blocks()[0]
+    plain = cost_model(cl, _cal())
+    f0, b0 = plain.layer_times_s(mg, block, recompute="selective")
+    f1, b1 = cm.layer_times_s(mg, block, recompute="selective")
+    assert f1 > f0 and b1 > b0
+    assert cm.layer_times_s(mg, block) == plain.layer_times_s(mg, block)
 
 
 def test_overlap_uses_the_measured_slowdown_of_the_whole_world_group():
@@ -107,7 +150,11 @@ def test_pipelines_on_shared_cores_are_bounded_by_the_busiest_ranks_stretched_wo
 
 
 def test_json_round_trip_and_errors():
-    cal = _cal(measured={"x": [1, 2]}, collective_s={(4, 2): {4096: 1e-3}}, overlap={(4, 4): 1.1})
+    cal = _cal(measured={"x": [1, 2]}, collective_s={(4, 2): {4096: 1e-3}}, overlap={(4, 4): 1.1},
+               collective_close_s={(4, 2): {4096: 5e-4}}, probe_step_s={4: 0.02},
+               optimizer_s_per_element=1e-9, optimizer_s_per_tensor=2e-5, optimizer_s_per_dtensor=1e-4,
+               interpreted_overhead_s=2e-4, plan_step_s={"4/ddp": 0.02, "4/zero3": 0.05}, fsdp_factor={4: 0.7},
+               tp_factor={4: 0.5})
     again = CPURuntimeCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again == cal
     with pytest.raises(ConfigError, match="schema"):
@@ -120,6 +167,8 @@ def test_json_round_trip_and_errors():
         _cal(collective_s={(4, 3): {4096: 1e-3}})
     with pytest.raises(ConfigError, match="overlap"):
         _cal(overlap={(4, 4): 0.5})
+    with pytest.raises(ConfigError, match="FSDP factor"):
+        _cal(fsdp_factor={4: -1.0})
     bad = cal.to_dict()
     del bad["bytes_s"]
     with pytest.raises(ConfigError, match="malformed"):
@@ -137,6 +186,7 @@ def test_calibrate_uses_the_cache_and_measures_only_missing_process_counts(tmp_p
 
     for name in ("fit_rates", "fit_runtime_overhead", "measure_slowdown", "measure_collectives"):
         monkeypatch.setattr(cpu_runtime, name, no_measuring)
+    monkeypatch.setattr(cpu_runtime, "fit_fsdp_factor", lambda cal: ({}, {}, {}))
     assert cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2, 4)) == cal
 
     asked = []
@@ -147,7 +197,7 @@ def test_calibrate_uses_the_cache_and_measures_only_missing_process_counts(tmp_p
 
     def collectives(worlds, **k):
         asked.append(("collectives", tuple(worlds)))
-        return {(n, n): {4096: 5e-3} for n in worlds}, {(n, n): 1.3 for n in worlds}, {}
+        return {(n, n): {4096: 5e-3} for n in worlds}, {}, {(n, n): 1.3 for n in worlds}, {}, {}, {}
 
     monkeypatch.setattr(cpu_runtime, "measure_slowdown", slowdown)
     monkeypatch.setattr(cpu_runtime, "measure_collectives", collectives)
@@ -172,10 +222,22 @@ def test_combine_takes_field_by_field_medians():
 def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
     cal = cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
     assert 1e9 < cal.flops_s < 1e13 and 1e8 < cal.bytes_s < 1e13
-    assert 0 < cal.overhead_s < 1e-2 and cal.optimizer_s_per_param > 0
+    assert 0 < cal.overhead_s < cal.interpreted_overhead_s < 1e-2
+    assert cal.optimizer_s_per_element > 0 and 0 < cal.optimizer_s_per_tensor < cal.optimizer_s_per_dtensor
+    assert {"2/ddp", "2/zero3", "2/tp"} <= set(cal.plan_step_s) and set(cal.fsdp_factor) == set(cal.tp_factor) == {2}
     # the fit reproduces the probe's own layer times within a factor of 2 each
     assert all(abs(math.log1p(e)) < math.log(2) for e in cal.measured["runs"][0]["layer_fit_rel_errors"])
     assert 0.5 < cal.slowdown[2] < 10
     assert set(cal.collective_s) == {(2, 2)} and all(t >= 0 for t in cal.collective_s[(2, 2)].values())
     assert cal.overlap[(2, 2)] >= 1.0
     assert cpu_runtime.cache_path(tmp_path).exists()
+
+
+def test_the_slowdown_can_be_measured_again_for_the_load_of_now(monkeypatch):
+    cal = _cal(overhead_s=40e-6)
+    monkeypatch.setattr(cpu_runtime, "measure_slowdown", lambda worlds, **k: ({1: 1.0, **{n: 1.5 for n in worlds}},
+                                                                              {"n": list(worlds)}))
+    now = cpu_runtime.with_current_slowdown(cal, [2])
+    assert now.slowdown == {1: 1.0, 2: 1.5, 4: 2.3} and now.overhead_s == cal.overhead_s
+    assert now.measured["cached_slowdown"] == cal.slowdown
+    assert efficiency(now, default_local_cpu(2)).overhead_s == pytest.approx(40e-6 * 1.5)

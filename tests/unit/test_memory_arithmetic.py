@@ -150,3 +150,25 @@ def test_tensor_parallel_needs_a_shard() -> None:
 def test_dp_must_be_positive() -> None:
     with pytest.raises(ValueError, match="dp must be >= 1"):
         mem(dp=0)
+
+
+def test_backward_temp_scales_like_activations() -> None:
+    m = mem(micro_batch=4, captured_batch=8, backward_temp_bytes=6_000)
+    assert m.temp_bytes == 3_000 and m.activation_bytes == 20_000
+    assert mem("zero3", backward_temp_bytes=6_000).temp_bytes == mem("zero3").temp_bytes + 6_000
+
+
+def test_with_one_micro_batch_gradients_appear_as_activations_are_freed() -> None:
+    # three layers in forward order; the backward runs from the last to the first
+    layers = [LayerMemory(param_bytes=10, grad_bytes=10, optimizer_bytes=20, activation_bytes=a, temp_bytes=t)
+              for a, t in ((100, 5), (100, 5), (1, 50))]
+    fixed = 3 * (10 + 20)
+    held = stage_peak_bytes(layers, 1)
+    assert held == fixed + 3 * 10 + 201 + 50  # accumulation: every gradient all along, the largest temp
+    # no accumulation: the last layer's backward runs with every activation and no gradient yet
+    assert stage_peak_bytes(layers, 1, grads_held=False) == fixed + 201 + 50
+    # gradients that outweigh the activations: the peak is at the end of the backward, all made
+    big = [LayerMemory(grad_bytes=500, activation_bytes=10), LayerMemory(grad_bytes=0, activation_bytes=10)]
+    assert stage_peak_bytes(big, 1, grads_held=False) == 500
+    assert stage_peak_bytes(big, [3, 1], grads_held=False) == 500  # in-flight counts per layer
+    assert stage_peak_bytes(big, [3, 1]) == 500 + 40
