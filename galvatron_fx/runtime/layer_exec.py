@@ -174,6 +174,34 @@ class _ToPartial(torch.autograd.Function):
         return grad, None
 
 
+def _sum_grad_here(x: DTensor) -> DTensor:
+    """``x``, whose gradient is summed over tp where ``x`` is made (see :class:`_GradInLayout`)."""
+    if not x.requires_grad or x.placements[1].is_partial():
+        return x
+    return _GradInLayout.apply(x)
+
+
+class _GradInLayout(torch.autograd.Function):
+    """Identity on a layer's value; its gradient, when it arrives partial over tp, is brought to
+    the value's own tp placement: the partial sums of a value's gradient are reduced once, where
+    the value is made (Megatron's rule, and what the intra-layer ILP charges). Left alone, DTensor
+    carries a partial gradient on through the backward kernels before it, which costs more
+    collectives (a reduce-scatter and later gathers, and an all-reduce per replicated weight such
+    as a norm's)."""
+
+    @staticmethod
+    def forward(ctx, x: DTensor) -> DTensor:
+        ctx.mesh, ctx.tp = x.device_mesh, x.placements[1]
+        return DTensor.from_local(x._local_tensor, x.device_mesh, x.placements, run_check=False,
+                                  shape=x.shape, stride=x.stride())
+
+    @staticmethod
+    def backward(ctx, g: DTensor) -> DTensor:
+        if isinstance(g, DTensor) and g.placements[1].is_partial():
+            g = g.redistribute(ctx.mesh, (g.placements[0], ctx.tp))
+        return g
+
+
 class _AsDTensor(torch.autograd.Function):
     """A local parameter shard read as its ``(Replicate, tp_p)`` DTensor. Backward returns a
     plain local gradient in the storage layout whose *sum over dp* is the gradient: the tp
@@ -645,6 +673,11 @@ class LayerExecutor(nn.Module):
         for g, w in zip(got, want_out):
             if g is not None and w is not None and g != w:
                 self.mismatches.add(f"{n.name}: planned {pstr(w)}, DTensor gave {pstr(g)}")
+        if self.mesh.size(1) > 1 and torch.is_grad_enabled():
+            if isinstance(out, DTensor):
+                out = _sum_grad_here(out)
+            elif isinstance(out, (tuple, list)):
+                out = type(out)(_sum_grad_here(o) if isinstance(o, DTensor) else o for o in out)
         return out
 
     # -- gradients ----------------------------------------------------------------------------

@@ -21,20 +21,21 @@ def tiny():
     return gfx.capture(model, inputs)
 
 
-def test_a_tensor_parallel_block_issues_more_than_the_ilp_prices(tiny):
+@pytest.mark.parametrize("sp", [SPMode.NONE, SPMode.MEGATRON])
+def test_a_tensor_parallel_block_issues_what_the_ilp_prices(tiny, sp):
     block = tiny.blocks()[0]
     # the memory-lean option: every matrix sharded (Megatron's column -> row pattern)
     opt = OptionCache(tiny, AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g", nodes=1))).option_list(
-        block, 2, SPMode.NONE)[-1]
+        block, 2, sp)[-1]
     tr = trace_layer(tiny, block, opt)
-    got = Counter((e.direction, e.collective, e.per_sample) for e in tr.comm)
-    # Megatron's forward: two all-reduces of the hidden state, as the ILP plans
-    assert got[("fwd", "all_reduce", True)] == 2 == Counter(e.direction for e in opt.comm)["fwd"]
-    # backward: DTensor reduce-scatters partial gradients and gathers them later, and the norms'
-    # replicated weights and biases get their partial gradients all-reduced one by one
-    assert got[("bwd", "reduce_scatter", True)] >= 2 and got[("bwd", "all_gather", True)] >= 2
-    assert got[("bwd", "all_reduce", False)] == 4
-    assert len(tr.comm) > len(opt.comm)
+    got = Counter((e.direction, e.collective) for e in tr.comm)
+    # the runtime sums a value's partial gradient once, where the value is made (Megatron's rule,
+    # the ILP's): its collectives are the plan's, forward and backward
+    assert got == Counter((e.direction, e.collective) for e in opt.comm), (got, opt.comm)
+    if sp == SPMode.NONE:
+        assert got == Counter({("fwd", "all_reduce"): 2, ("bwd", "all_reduce"): 2})
+    else:  # gathers before the column-parallel matmuls, reduce-scatters after the row-parallel ones
+        assert got[("fwd", "all_gather")] >= 1 and got[("bwd", "all_gather")] >= 1
     # what it keeps: about half the unsharded block's activations, and a backward transient
     assert 0.4 * block.costs.activation_bytes < tr.saved_bytes < 0.8 * block.costs.activation_bytes
     assert tr.bwd_transient_bytes > 0
