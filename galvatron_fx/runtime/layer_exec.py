@@ -629,7 +629,7 @@ class LayerExecutor(nn.Module):
     def set_full_grad(self, key: str, full: torch.Tensor) -> None:
         """Set the gradient of ``key`` from a full tensor (identical on every rank)."""
         p = self.params[key]
-        if key in self._local:
+        if not isinstance(p, DTensor):  # a local shard (FSDP's sharded parameters are DTensors)
             tp_p = self._meta[key][0]
             d = DTensor.from_local(full, self.mesh, [R, R], run_check=False).redistribute(self.mesh, (R, tp_p))
             p.grad = d.to_local().clone()

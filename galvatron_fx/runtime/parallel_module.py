@@ -139,7 +139,9 @@ class _Executor(LayerExecutor):
 
     def _param(self, key, local=None):
         p = super()._param(key, local)
-        if local is None and self.fsdp and p.requires_grad:  # a lowered trace reads local shards
+        # FSDP's DTensor parameters (a lowered trace reads local shards; a plain gathered
+        # parameter is read as a local one, whose gradient is already a dp sum)
+        if local is None and self.fsdp and key not in self._local and p.requires_grad:
             p = _DpPartialGrad.apply(p)
         return p
 
@@ -297,24 +299,43 @@ class ParallelModule(nn.Module):
         for members in groups.values():
             exs = [layers[i] for i in members]
             ex = exs[0]
-            # FSDP's SPMD form wants every parameter on the very mesh object it is given (meshes
-            # are process-wide, see mesh(), so DTensor's spec cache hands back the same object)
-            meshes = {id(p.device_mesh): p.device_mesh for e in exs for p in e.parameters()}
-            if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
-                raise PlanError(f"layer {self.plan.layers[members[0]].name}: its parameters are not all on the "
-                                f"layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot shard "
-                                "them with FSDP")
             # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
             mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
                 if ex.compute_dtype is not None else MixedPrecisionPolicy()
             reshard = all(dp_type[i] == "zero3" for i in members) and last_with_params not in members
-            fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
-                        dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
+            if ex.mesh.size(1) == 1:
+                # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
+                # tensors the layer graph reads as they are (no DTensor per parameter and step)
+                self._plain_parameters(exs)
+                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh["dp"], reshard_after_forward=reshard,
+                            mp_policy=mp)
+            else:
+                # FSDP's SPMD form wants every parameter on the very mesh object it is given
+                # (meshes are process-wide, see mesh(), so DTensor's spec cache hands back the same one)
+                meshes = {id(p.device_mesh): p.device_mesh for e in exs for p in e.parameters()}
+                if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
+                    raise PlanError(f"layer {self.plan.layers[members[0]].name}: its parameters are not all on "
+                                    f"the layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot "
+                                    "shard them with FSDP")
+                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
+                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
             for e in exs:
                 e.set_gradient_divide_factor(1.0)
                 e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
         if groups:
             self._fsdp_root([layers[i] for members in groups.values() for i in members])
+
+    @staticmethod
+    def _plain_parameters(exs: list[LayerExecutor]) -> None:
+        """The ``(Replicate, Replicate)`` parameters of tp=1 layers as plain tensors (shared ones
+        stay shared), read like local ones (``ex._local``) by the layer's graph and interpreter."""
+        plain: dict[int, nn.Parameter] = {}
+        for ex in exs:
+            for key, p in list(ex.params.items()):
+                if id(p) not in plain:
+                    plain[id(p)] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
+                ex.params[key] = plain[id(p)]
+                ex._local.add(key)
 
     def _fsdp_root(self, units: list[LayerExecutor]) -> None:
         """An FSDP root over ``units`` (no parameters of its own), run once so that FSDP takes
@@ -351,7 +372,7 @@ class ParallelModule(nn.Module):
         self._local_tied, self._slow_tied = [], []
         fast: dict[tuple[int, int], list[list[nn.Parameter]]] = {}
         for ps in self._tied:
-            whole = all(k in ex._local and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
+            whole = all(k in ex._local and not ex.fsdp and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
             shapes = {(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}
             if not (whole and len(shapes) == 1):
                 self._slow_tied.append(ps)
