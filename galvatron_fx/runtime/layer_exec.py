@@ -415,7 +415,7 @@ class _Lowered:
             if "bw" in self._graphs:  # AOT compiles the backward at the first backward
                 self.graphs = _GraphPair.make(self._graphs["fw"], self._graphs["bw"], self._out_grad)
         if unwrapped and not self.out_consts:
-            return list(flat)  # the layer's outputs, flat (see rewrap)
+            return tuple(flat)  # the layer's outputs, flat (see rewrap)
         it = iter(zip(flat, self.out_specs))
         leaves = []
         for i in range(len(flat) + len(self.out_consts)):
@@ -432,7 +432,7 @@ class _Lowered:
 
     def rewrap(self, outs):
         """Outputs of an ``unwrapped`` call with their DTensor leaves as :class:`LocalValue`."""
-        if isinstance(outs, list) and not self.out_consts:  # flat: one leaf per output
+        if isinstance(outs, tuple) and len(outs) == len(self.out_specs) and not self.out_consts:  # flat
             return [t if spec is None else LocalValue(t, self.mesh, *spec) for t, spec in zip(outs, self.out_specs)]
         leaves, tree = tree_flatten(outs)
         it = iter(self.out_specs)
