@@ -225,6 +225,14 @@ class _AsDTensor(torch.autograd.Function):
         return local, None, None, None, None
 
 
+def _recompiled(gm: fx.GraphModule, changed: int) -> int:
+    """Lint and regenerate ``gm``'s code after ``changed`` edits (none: nothing to do)."""
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
+
+
 def drop_unused_ops(gm: fx.GraphModule) -> int:
     """Remove ATen ops whose results nothing reads; returns how many.
 
@@ -241,10 +249,7 @@ def drop_unused_ops(gm: fx.GraphModule) -> int:
             continue
         gm.graph.erase_node(n)
         removed += 1
-    if removed:
-        gm.graph.lint()
-        gm.recompile()
-    return removed
+    return _recompiled(gm, removed)
 
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -271,10 +276,7 @@ def drop_identity_views(gm: fx.GraphModule) -> int:
             n.replace_all_uses_with(n.args[0])
             gm.graph.erase_node(n)
             removed += 1
-    if removed:
-        gm.graph.lint()
-        gm.recompile()
-    return removed
+    return _recompiled(gm, removed)
 
 
 class _GraphPair:

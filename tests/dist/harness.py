@@ -85,3 +85,15 @@ def assert_ok(results: dict[int, dict], key: str) -> dict:
         r = by_case[key]
         assert "error" not in r, f"rank {rank}: {r.get('error')}\n{r.get('trace')}"
     return results[0][key]
+
+
+def config_error(fn) -> str:
+    """``"ConfigError: <message>"`` if ``fn()`` raises one, else ``"no error"`` (other exceptions
+    propagate): a rank's outcome, to compare across ranks."""
+    from galvatron_fx.errors import ConfigError
+
+    try:
+        fn()
+    except ConfigError as e:
+        return f"ConfigError: {e}"
+    return "no error"

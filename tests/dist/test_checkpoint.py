@@ -19,7 +19,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from harness import assert_ok, init_gloo, run_jobs, spawn
+from harness import assert_ok, config_error, init_gloo, run_jobs, spawn
 from test_parallel_module import PARAM_TOL, TOL, T, _batches
 from test_zero_runtime import _plan
 
@@ -99,16 +99,6 @@ def _module(name: str, cache: dict, *, lower: bool = True):
         cache["model"], inputs = zoo.build("gpt-tiny", batch_size=GBS, seq_len=T, device="cpu", seed=0)
         cache["mg"] = gfx.capture(cache["model"], inputs, annotate=False)  # costs: the plans are made
     return ParallelModule(copy.deepcopy(cache["model"]), cache["mg"], cache["plans"][name], lower=lower)
-
-
-def _error(fn) -> str:
-    from galvatron_fx.errors import ConfigError
-
-    try:
-        fn()
-    except ConfigError as e:
-        return f"ConfigError: {e}"
-    return "no error"
 
 
 # ---- world 4: train, save, keep training -------------------------------------------------------
@@ -205,7 +195,7 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     real = ck._write_manifest
     ck._write_manifest = crash
     try:
-        out["crash_error"] = _error(lambda: pm.save(path, opt, step=101))
+        out["crash_error"] = config_error(lambda: pm.save(path, opt, step=101))
     finally:
         ck._write_manifest = real
     out["step_after_crash"] = ck.read_manifest(path)["step"]
@@ -226,7 +216,7 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     real_swap = ck._swap
     ck._swap = half_swap
     try:
-        out["swap_error"] = _error(lambda: pm.save(path, opt, step=102))
+        out["swap_error"] = config_error(lambda: pm.save(path, opt, step=102))
     finally:
         ck._swap = real_swap
     out["path_exists_after_swap_crash"] = path.exists()
@@ -263,14 +253,14 @@ def _damaged_case(tmp: Path, cache: dict) -> dict:
         (tmp / "unfinished" / "manifest.json").unlink()
     dist.barrier()
     before = _snapshot(pm, opt)
-    out = {name: _error(lambda name=name: pm.load(tmp / name, opt)) for name in ("trunc", "flip", "unfinished")}
-    out["nowhere"] = _error(lambda: pm.load(tmp / "nowhere", opt))
+    out = {name: config_error(lambda name=name: pm.load(tmp / name, opt)) for name in ("trunc", "flip", "unfinished")}
+    out["nowhere"] = config_error(lambda: pm.load(tmp / "nowhere", opt))
     ex = pm.executors[1]
     key = next(iter(ex.fqn_of_key))
     real = ex.fqn_of_key[key]
     ex.fqn_of_key[key] = "renamed.weight"  # a module with other FQNs
     try:
-        out["fqns"] = _error(lambda: pm.load(good, opt))
+        out["fqns"] = config_error(lambda: pm.load(good, opt))
     finally:
         ex.fqn_of_key[key] = real
     out["untouched_err"] = _max_diff(_snapshot(pm, opt), before)
@@ -279,8 +269,8 @@ def _damaged_case(tmp: Path, cache: dict) -> dict:
     if dist.get_rank() == 0:
         (tmp / "notckpt" / "data.txt").write_text("user data")
     dist.barrier()
-    out["replace_foreign"] = _error(lambda: pm.save(tmp / "notckpt", opt))
-    out["bad_extra"] = _error(lambda: pm.save(tmp / "ckX", opt, extra={"scheduler": object()}))
+    out["replace_foreign"] = config_error(lambda: pm.save(tmp / "notckpt", opt))
+    out["bad_extra"] = config_error(lambda: pm.save(tmp / "ckX", opt, extra={"scheduler": object()}))
     out["bad_extra_left"] = sorted(p.name for p in tmp.iterdir() if "ckX" in p.name)
     return out
 
@@ -306,12 +296,12 @@ def _load_state_dict_case(cache: dict) -> dict:
     dropped = {k: v for k, v in sd.items() if k != "blocks.0.attn.qkv.weight"} if "blocks.0.attn.qkv.weight" in sd \
         else dict(list(sd.items())[1:])
     out["drop_key"] = sorted(set(sd) - set(dropped))[0]
-    out["missing_error"] = _error(lambda: pm.load_state_dict(dropped))
+    out["missing_error"] = config_error(lambda: pm.load_state_dict(dropped))
     out["missing_lenient"] = pm.load_state_dict(dropped, strict=False).missing_keys
-    out["unexpected_error"] = _error(lambda: pm.load_state_dict(sd | {"bogus.weight": torch.zeros(2)}))
+    out["unexpected_error"] = config_error(lambda: pm.load_state_dict(sd | {"bogus.weight": torch.zeros(2)}))
     k0 = next(k for k, v in sd.items() if v.ndim == 2)
-    out["shape_error"] = _error(lambda: pm.load_state_dict(sd | {k0: sd[k0][:-1]}))
-    out["tied_error"] = _error(lambda: pm.load_state_dict(sd | {"lm_head.weight": sd["lm_head.weight"] + 1}))
+    out["shape_error"] = config_error(lambda: pm.load_state_dict(sd | {k0: sd[k0][:-1]}))
+    out["tied_error"] = config_error(lambda: pm.load_state_dict(sd | {"lm_head.weight": sd["lm_head.weight"] + 1}))
     return out
 
 

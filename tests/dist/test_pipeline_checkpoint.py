@@ -23,7 +23,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from harness import assert_ok, init_gloo, run_jobs, spawn
+from harness import assert_ok, config_error, init_gloo, run_jobs, spawn
 from test_parallel_module import TOL, T, _batches, build, make_plan
 
 GBS, M = {2: 4, 4: 8}, 2  # global batch by world size, micro-batches: graphs captured at GBS // M samples
@@ -86,16 +86,6 @@ def _digest(pm, opt) -> dict[str, list[str]]:
             t = ck._view(s, v) if ck._is_elementwise(s.param, v) else v
             out.setdefault(f"optim.{s.fqn}.{name}", []).append(sha(t))
     return out
-
-
-def _error(fn) -> str:
-    from galvatron_fx.errors import ConfigError
-
-    try:
-        fn()
-    except ConfigError as e:
-        return f"ConfigError: {e}"
-    return "no error"
 
 
 def _train(pm, opt, first: int, n: int) -> list[float]:
@@ -166,20 +156,20 @@ def _damaged_case(tmp: Path, cache: dict) -> dict:
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     dist.barrier()
     before = _digest(pm, opt)
-    out = {"trunc": _error(lambda: pm.load(tmp / "trunc", opt))}
+    out = {"trunc": config_error(lambda: pm.load(tmp / "trunc", opt))}
     ex = pm.chunks[0].body.executors[0]
     key = next(iter(ex.fqn_of_key))
     real = ex.fqn_of_key[key]
     if rank == 1:  # a module whose last stage has other FQNs
         ex.fqn_of_key[key] = "renamed.weight"
     try:
-        out["fqns"] = _error(lambda: pm.load(tmp / "ck_pp", opt))
+        out["fqns"] = config_error(lambda: pm.load(tmp / "ck_pp", opt))
     finally:
         ex.fqn_of_key[key] = real
     out["untouched"] = _digest(pm, opt) == before
     params = list(pm.parameters()) + ([torch.nn.Parameter(torch.zeros(3))] if rank == 1 else [])
     foreign = torch.optim.AdamW(params, lr=1e-3)
-    out["foreign"] = _error(lambda: pm.save(tmp / "ck_bad", foreign))
+    out["foreign"] = config_error(lambda: pm.save(tmp / "ck_bad", foreign))
     out["foreign_written"] = sorted(p.name for p in tmp.iterdir() if "ck_bad" in p.name)
     return out
 
@@ -205,9 +195,9 @@ def _load_state_dict_case(cache: dict) -> dict:
     out["loss_err"] = abs(pm.train_step(batch, None) - want)
     last = "blocks.3.mlp.fc.weight"
     out["drop_key"] = last
-    out["missing_error"] = _error(lambda: pm.load_state_dict({k: v for k, v in sd.items() if k != last}))
+    out["missing_error"] = config_error(lambda: pm.load_state_dict({k: v for k, v in sd.items() if k != last}))
     k0 = "blocks.3.attn.qkv.weight"  # on the last stage only
-    out["shape_error"] = _error(lambda: pm.load_state_dict(sd | {k0: sd[k0][:-1]}))
+    out["shape_error"] = config_error(lambda: pm.load_state_dict(sd | {k0: sd[k0][:-1]}))
     return out
 
 
