@@ -135,7 +135,8 @@ class GradBucketer:
         i = self._entry_of[id(p)]
         self._fired[i] += 1
         if self._fired[i] == len(self.entries[i]):
-            self._sum_copies(i)
+            if self._fired[i] > 1:
+                self._sum_copies(i)
             b = self._bucket_of_entry[i]
             self._ready[b] += 1
             if self._ready[b] == len(self.buckets[b]):
@@ -178,8 +179,9 @@ class GradBucketer:
     @torch.no_grad()
     def finish(self) -> int:
         """Reduce every gradient (see class doc); returns the number of collectives."""
-        for i in range(len(self.entries)):
-            self._sum_copies(i)
+        for i, e in enumerate(self.entries):
+            if len(e) > 1:
+                self._sum_copies(i)
         for b in range(len(self.buckets)):
             if b not in self._launched:
                 self._launch(b)

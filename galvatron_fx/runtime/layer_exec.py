@@ -37,10 +37,13 @@ of the per-rank losses; a mean loss must be divided by the dp degree by the call
 
 from __future__ import annotations
 
+import collections
+import copy
 import logging
 import operator
 
 import torch
+import torch.distributed as dist
 import torch.fx as fx
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -279,13 +282,136 @@ def drop_identity_views(gm: fx.GraphModule) -> int:
     return _recompiled(gm, removed)
 
 
+def graph_callable(gm: fx.GraphModule):
+    """``gm``'s forward as a plain Python function that calls each ATen overload's C++ entry
+    point (``OpOverload._op``) directly, bound as a global; ``gm.forward`` as it is when the
+    graph holds anything but placeholders, ``call_function`` nodes and the output.
+
+    fx's generated code looks up ``torch.ops.<ns>.<op>.<overload>`` and goes through
+    ``OpOverload.__call__`` per op: about 1 µs of Python each, and a layer's graphs dispatch
+    100-odd small ops per step. Values are dropped after their last use, as fx's code does, so
+    that the backward frees activations as it goes."""
+    nodes = list(gm.graph.nodes)
+    if any(n.op not in ("placeholder", "call_function", "output") for n in nodes):
+        return gm.forward
+    last_use: dict[fx.Node, fx.Node] = {}
+    for n in nodes:
+        for a in n.all_input_nodes:
+            last_use[a] = n
+    dead_after: dict[fx.Node, list[fx.Node]] = {}
+    for a, n in last_use.items():
+        dead_after.setdefault(n, []).append(a)
+    names = {n: n.name for n in nodes}  # fx keeps them unique identifiers
+    glob: dict[str, object] = {}
+
+    def bind(v, hint: str = "const") -> str:
+        name = f"_{hint}_{len(glob)}"
+        glob[name] = v
+        return name
+
+    def arg(a) -> str:
+        if isinstance(a, fx.Node):
+            return names[a]
+        if isinstance(a, (list, tuple)):
+            items = "".join(f"{arg(x)}, " for x in a)
+            return f"[{items}]" if isinstance(a, list) else f"({items})"
+        if a is None or isinstance(a, (bool, int, str)):
+            return repr(a)
+        return bind(a)  # floats (inf, nan), dtypes, devices, layouts, memory formats
+
+    params, body = [], []
+    for n in nodes:
+        if n.op == "placeholder":
+            params.append(names[n])
+            continue
+        if n.op == "output":
+            body.append(f"return {arg(n.args[0])}")
+            break
+        call_args = [arg(a) for a in n.args] + [f"{k}={arg(v)}" for k, v in n.kwargs.items()]
+        if n.target is operator.getitem and not n.kwargs:
+            body.append(f"{names[n]} = {call_args[0]}[{call_args[1]}]")
+        else:
+            if isinstance(n.target, torch._ops.OpOverload):
+                fn, hint = n.target._op, n.target._opname
+            else:
+                fn, hint = n.target, "fn"
+            body.append(f"{names[n]} = {bind(fn, hint)}({', '.join(call_args)})")
+        dead = [names[a] for a in dead_after.get(n, ())] + ([names[n]] if not n.users else [])
+        if dead:
+            body.append(f"del {', '.join(dead)}")
+    src = f"def graph_fn({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+    code = compile(src, f"<galvatron_fx graph {id(gm):x}>", "exec")
+    exec(code, glob)  # noqa: S102 - source generated above from the graph's own nodes
+    fn = glob["graph_fn"]
+    fn.source = src  # for inspection
+    return fn
+
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+               "product": dist.ReduceOp.PRODUCT}
+HOIST_MAX_BYTES = 64 * 2**10  # larger saved tensors are not held reduced from forward to backward
+
+
+def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[int, object, str]]:
+    """Take out of ``bw`` (a backward graph whose first ``num_saved`` placeholders are tensors
+    its forward saved) every functional all-reduce of a small saved tensor that only the
+    all-reduce reads; its wait's readers read the placeholder instead. Returns ``(saved index,
+    reduce op, group name)`` per all-reduce taken out: :class:`_RunGraphs` launches them
+    asynchronously as soon as the forward made the tensor, and waits at the start of backward.
+
+    Such a collective depends on forward values only, yet in the backward graph it blocks: each
+    rank waits there for the slowest (DTensor's ``nll_loss_backward`` sums the loss's
+    ``total_weight`` over dp this way, once per step). Launched from forward it is done by the
+    time backward needs it. Every rank runs the same forward, so the collectives keep one order."""
+    saved = [n for n in bw.graph.nodes if n.op == "placeholder"][:num_saved]
+    index = {n: i for i, n in enumerate(saved)}
+    hoisted = []
+    for n in list(bw.graph.nodes):
+        if n.op != "call_function" or n.target is not torch.ops._c10d_functional.all_reduce.default:
+            continue
+        src, op, group = n.args[:3]
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if src not in index or len(src.users) != 1 or op not in _REDUCE_OPS or len(n.users) != 1 \
+                or not isinstance(val, torch.Tensor) or val.numel() * val.element_size() > HOIST_MAX_BYTES:
+            continue
+        (wait,) = n.users
+        if wait.target is not torch.ops._c10d_functional.wait_tensor.default:
+            continue
+        wait.replace_all_uses_with(src)
+        bw.graph.erase_node(wait)
+        bw.graph.erase_node(n)
+        hoisted.append((index[src], _REDUCE_OPS[op], group))
+    _recompiled(bw, len(hoisted))
+    return hoisted
+
+
+_IN_FLIGHT: collections.deque = collections.deque()  # hoisted all-reduces launched last
+_MAX_IN_FLIGHT = 64
+
+
+def _launch(work):
+    """Track a hoisted all-reduce's ``work``: the oldest beyond the last ``_MAX_IN_FLIGHT`` are
+    waited (done long since: every rank launched them), so that forwards with no backward never
+    pile up collectives nobody waits for."""
+    _IN_FLIGHT.append(work)
+    while len(_IN_FLIGHT) > _MAX_IN_FLIGHT:
+        _IN_FLIGHT.popleft().wait()
+    return work
+
+
 class _GraphPair:
     """A layer's traced forward and backward graphs and how to call them: the forward returns
     the user outputs then the tensors saved for backward; the backward takes the saved tensors,
-    then one gradient per output that requires grad, and returns one gradient per input."""
+    then one gradient per output that requires grad, and returns one gradient per input.
+    ``hoisted``: saved tensors all-reduced from forward to backward (:func:`hoist_saved_all_reduces`)."""
 
     def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool]):
-        self.fw, self.bw = fw.forward, bw.forward
+        bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))  # AOTAutograd's runtime keeps the original
+        num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoist_saved_all_reduces(bw, num_saved)]
+        self.fw, self.bw = graph_callable(fw), graph_callable(bw)
         self.num_outputs = num_outputs
         self.out_grad = out_grad
         self.any_constant = not all(out_grad)
@@ -320,18 +446,44 @@ class _RunGraphs(torch.autograd.Function):
         outs = graphs.fw(*args)
         n = graphs.num_outputs
         ctx.graphs = graphs
-        ctx.save_for_backward(*outs[n:])
+        saved = outs[n:]
+        if graphs.hoisted:
+            # the reduced copies are kept on ctx: under activation checkpointing a recomputed
+            # forward's saved tensors replace the saved ones, while ctx keeps this forward's. The
+            # unreduced tensors stay saved, so that as many are saved as AOT's runtime saves.
+            ctx.hoisted, ctx.works = [], []
+            for i, op, group in graphs.hoisted:
+                t = saved[i].clone()  # reduced in place, while the forward goes on
+                ctx.works.append(_launch(dist.all_reduce(t, op=op, group=group, async_op=True)))
+                ctx.hoisted.append((i, t))
+        ctx.save_for_backward(*saved)
         user = tuple(outs[:n])
         if graphs.any_constant:
             ctx.mark_non_differentiable(*(o for o, g in zip(user, graphs.out_grad) if not g))
         return user
 
+    @classmethod
+    def run(cls, graphs: _GraphPair, args) -> tuple:
+        """``apply`` without ``autograd.Function``'s Python prologue, which walks every argument
+        (a layer's parameters and inputs) for dead functorch wrappers: there can be none outside
+        a functorch transform, and inside one the full ``apply`` runs."""
+        if torch._C._are_functorch_transforms_active():
+            return cls.apply(graphs, *args)
+        return super(torch.autograd.Function, cls).apply(graphs, *args)
+
     @staticmethod
     def backward(ctx, *grads):
         graphs = ctx.graphs
+        saved = ctx.saved_tensors
+        if graphs.hoisted:
+            saved = list(saved)
+            for work in ctx.works:
+                work.wait()
+            for i, t in ctx.hoisted:
+                saved[i] = t
         # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)
         tangents = [g.contiguous() for g, req in zip(grads, graphs.out_grad) if req]
-        return (None, *graphs.bw(*ctx.saved_tensors, *tangents))
+        return (None, *graphs.bw(*saved, *tangents))
 
 
 class _Lowered:
@@ -410,7 +562,7 @@ class _Lowered:
         if not torch.is_grad_enabled():
             flat = self.fn[False](*args)
         elif self.graphs is not None:
-            flat = _RunGraphs.apply(self.graphs, *args)
+            flat = _RunGraphs.run(self.graphs, args)
         else:
             flat = self.fn[True](*args)
             self._out_grad = [t.requires_grad for t in flat]
@@ -606,7 +758,10 @@ class LayerExecutor(nn.Module):
         """This rank's shard of every parameter, in ``self.params`` order, as a lowered layer
         reads them (differentiably: an FSDP-unsharded DTensor's local tensor; a hook for callers
         that keep the parameters elsewhere)."""
-        return [p.to_local() if isinstance(p, DTensor) else p for p in self.params.values()]
+        # the ParameterDict's own storage (its values() goes through __getitem__ per key; FSDP
+        # swaps parameters in place there, so this sees the current ones)
+        stored = self.params._parameters
+        return [p.to_local() if isinstance(p, DTensor) else p for p in (stored[k] for k in self.params._keys)]
 
     def _param(self, key: str, local: torch.Tensor | None = None) -> DTensor:
         """The parameter ``key`` as the graph reads it: a ``(Replicate, tp)`` DTensor (a hook for

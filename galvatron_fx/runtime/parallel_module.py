@@ -152,6 +152,15 @@ class _Executor(LayerExecutor):
         return out
 
 
+def _local_and_layout(v) -> tuple[torch.Tensor, tuple[DeviceMesh, tuple] | None]:
+    """A layer output as its local tensor and ``(mesh, placements)`` (None for a plain tensor)."""
+    if isinstance(v, LocalValue):
+        return v.local, (v.mesh, tuple(v.placements))
+    if isinstance(v, DTensor):
+        return v.to_local(), (v.device_mesh, tuple(v.placements))
+    return v, None
+
+
 class _FSDPRoot(nn.Module):
     """The FSDP root of a :class:`ParallelModule`'s sharded layers (see ``_fsdp_root``)."""
 
@@ -220,11 +229,13 @@ class ParallelModule(nn.Module):
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
         self._shard_all(last_with_params)
+        for ex in self.executors:
+            if not ex.fsdp:
+                ex.localize()
+        self._share_tied()
         for i, ex in zip(self.layer_ids, self.executors):
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
-            if not ex.fsdp:
-                ex.localize()
             if lower and st.recompute != "selective":
                 # one trace per (kind, placements, mesh, storage); selective recompute keeps the
                 # interpreter, whose per-op dispatch the selective policy needs
@@ -234,6 +245,7 @@ class ParallelModule(nn.Module):
             run = functools.partial(ex, unwrapped=True)
             self._ckpt.append(wrap(run) if wrap is not None else run)
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
+        self._dtensor_params = [(ex, k) for ex in self.executors for k in ex.params if k not in ex._local]
         self._bucketers = self._grad_bucketers()
         self.num_microbatches = plan.num_microbatches
 
@@ -355,6 +367,27 @@ class ParallelModule(nn.Module):
         cm = cost_model or AnalyticCostModel(Cluster.preset("dgx-a100-80g"))
         return solve_intra_layer(self.mg, layer, st.tp, st.sp, cm, decomposed=dl, shard_params=st.tp > 1)
 
+    def _share_tied(self) -> None:
+        """Layers outside FSDP that read one tied weight stored alike (plain local tensors of one
+        shape and dtype, the same tp layout, the same mesh) share a single parameter, as the user's
+        model does: autograd sums both uses into one gradient, which is reduced once, and the
+        optimizer steps it once (FSDP units share theirs in :meth:`_shard_all`)."""
+        first: dict[str, tuple[LayerExecutor, str]] = {}
+        for ex in self.executors:
+            if ex.fsdp:
+                continue
+            for key, fqn in ex.fqn_of_key.items():
+                if key not in ex._local:
+                    continue
+                if fqn not in first:
+                    first[fqn] = (ex, key)
+                    continue
+                other, okey = first[fqn]
+                a, b = other.params[okey], ex.params[key]
+                if other.mesh is ex.mesh and other._meta[okey] == ex._meta[key] and a.shape == b.shape \
+                        and a.dtype == b.dtype and a.requires_grad == b.requires_grad:
+                    ex.params[key] = a
+
     def _tied_groups(self) -> list[list[tuple[LayerExecutor, str]]]:
         """Per tied FQN, one ``(executor, key)`` per distinct parameter holding it (layers of one
         FSDP unit share theirs), where there are several."""
@@ -382,12 +415,16 @@ class ParallelModule(nn.Module):
                 fast.setdefault(next(iter(shapes)), []).append([ex.params[k] for ex, k in ps])
         in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
         by_group: dict[tuple[int, int], list] = {}
-        for ex in reversed(self.executors):
-            if ex.fsdp or ex.mesh.size(0) == 1:
+        seen: set[int] = set()
+        for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
+            if ex.fsdp or ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
                 continue
-            by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).extend(
-                p for k, p in reversed(list(ex.params.items()))
-                if k in ex._local and p.requires_grad and id(p) not in in_fast)
+            for k, p in ex.params.items():
+                if k in ex._local and p.requires_grad and id(p) not in in_fast and id(p) not in seen:
+                    seen.add(id(p))
+                    by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).append(p)
+        for ps in by_group.values():
+            ps.reverse()
         for shape, groups in fast.items():  # ready when the last copy is: at the end of backward
             by_group.setdefault(shape, []).extend(groups)
         return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
@@ -449,16 +486,17 @@ class ParallelModule(nn.Module):
                              f"{self.plan.global_batch_size} / {self.plan.num_microbatches} samples), got {got}; "
                              "use train_step for a whole global batch")
 
-    def _loss(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    def _loss(self, inputs: Sequence[torch.Tensor], *, wrap: bool = True):
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
-        ``Partial(avg)`` over dp): no collective."""
-        (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names)
+        ``Partial(avg)`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective."""
+        (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names, wrap=wrap)
         return loss
 
-    def run_layers(self, env: dict[str, object], outputs: Sequence[str]) -> list:
+    def run_layers(self, env: dict[str, object], outputs: Sequence[str], *, wrap: bool = True) -> list:
         """Run this module's layers on ``env`` (value name -> DTensor, or a full tensor for user
         inputs), adding their outputs to it; returns the values named ``outputs`` (DTensors for
-        layer outputs). Between lowered layers values travel unwrapped (:class:`LocalValue`)."""
+        layer outputs; ``wrap=False``: as they travel). Between lowered layers values travel
+        unwrapped (:class:`LocalValue`)."""
         batched = {n for n in self.mg.input_names if n in env and getattr(env[n], "ndim", 0) >= 1}
         for ex, run in zip(self.executors, self._ckpt):
             xs = [self._layout_input(ex, i, name, tp_p, env, batched) for i, (name, tp_p) in enumerate(ex.feeds)]
@@ -467,7 +505,7 @@ class ParallelModule(nn.Module):
                 outs = ex.lowered.rewrap(outs)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             env.update(zip(ex.layer_outputs, outs))
-        return [v.dtensor() if isinstance(v, LocalValue) else v for v in (env[n] for n in outputs)]
+        return [v.dtensor() if wrap and isinstance(v, LocalValue) else v for v in (env[n] for n in outputs)]
 
     # ---- training ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -484,10 +522,10 @@ class ParallelModule(nn.Module):
                 total = torch.stack(grads).sum(0) if len(grads) > 1 else grads[0]
                 for ex, k in ps:
                     ex.params[k].grad = total.clone()
-        for ex in self.executors:
-            for k, p in ex.params.items():  # parameters kept as DTensors (FSDP reduced theirs)
-                if k not in ex._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
-                    p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+        for ex, k in self._dtensor_params:  # parameters kept as DTensors (FSDP reduced theirs)
+            p = ex.params[k]
+            if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
+                p.grad = p.grad.redistribute(p.device_mesh, p.placements)
         for ps in self._slow_tied:
             self._sum_full(ps)
 
@@ -524,39 +562,39 @@ class ParallelModule(nn.Module):
         for i in range(m):
             mb = [c[i] for c in chunks]
             self._check_inputs(mb)
-            loss = self._loss(mb)
-            value = loss.detach().float()
+            # the loss's local tensor and its layout (no DTensor per step)
+            local, layout = _local_and_layout(self._loss(mb, wrap=False))
+            value = local.detach().float()
             total = value if total is None else total + value
             if i == m - 1:
                 # the dp sums of the gradients overlap the last micro-batch's backward; the mean
                 # loss (a value only: backward starts from the partial loss, whose own backward is
                 # a local step) is summed with the last gradient bucket, or else reduced while
                 # backward runs
-                carrier = self._loss_carrier(total)
+                carrier = self._loss_carrier(layout)
                 if carrier is None:
-                    total = self._reduce_async(total)
+                    total = self._reduce_async(total, layout)
                 for bucketer in self._bucketers.values():
-                    bucketer.arm(extra=total.to_local() if bucketer is carrier else None)
-            local = loss.to_local() if isinstance(loss, DTensor) else loss
+                    bucketer.arm(extra=total if bucketer is carrier else None)
             scale = self.scaler.scale if self.scaler is not None else 1.0
             (local * (scale / m)).backward()
         self.sync_grads()
         if carrier is not None:
-            avg = total.placements[0].reduce_op == "avg"
-            total = carrier.extra_sum / (total.device_mesh.size(0) if avg else 1)
+            mesh, (dp_p, _) = layout
+            total = carrier.extra_sum / (mesh.size(0) if dp_p.reduce_op == "avg" else 1)
         if self.scaler is None or self.scaler.unscale(list(self.parameters())):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return total.item() / m
 
-    def _loss_carrier(self, value: torch.Tensor) -> GradBucketer | None:
-        """The gradient bucketer that can sum the loss ``value`` with its last bucket: a loss that
-        is a sum or mean over dp (``Partial``) and replicated over tp, on a mesh whose dp group
-        that bucketer reduces over."""
-        if not isinstance(value, DTensor) or value.device_mesh.ndim != 2:
+    def _loss_carrier(self, layout) -> GradBucketer | None:
+        """The gradient bucketer that can sum a loss laid out as ``layout`` (``(mesh,
+        placements)`` or None, see :func:`_local_and_layout`) with its last bucket: a sum or mean
+        over dp (``Partial``), replicated over tp, on a mesh whose dp group that bucketer reduces
+        over."""
+        if layout is None or layout[0].ndim != 2:
             return None
-        dp_p, tp_p = value.placements
-        mesh = value.device_mesh
+        mesh, (dp_p, tp_p) = layout
         bucketer = self._bucketers.get((mesh.size(0), mesh.size(1)))
         if bucketer is None or mesh is not self.mesh(mesh.size(0), mesh.size(1)) or not isinstance(tp_p, Replicate) \
                 or not (isinstance(dp_p, Partial) and dp_p.reduce_op in ("sum", "avg")):
@@ -564,13 +602,14 @@ class ParallelModule(nn.Module):
         return bucketer
 
     @staticmethod
-    def _reduce_async(value: torch.Tensor) -> torch.Tensor:
-        """``value`` (a DTensor loss) replicated, its collective launched now and waited for
-        when the result is read; a plain tensor as it is."""
-        if not isinstance(value, DTensor):
+    def _reduce_async(value: torch.Tensor, layout) -> torch.Tensor:
+        """The local loss ``value`` laid out as ``layout`` made replicated, its collective
+        launched now and waited for when the result is read; as it is without a layout."""
+        if layout is None:
             return value
-        mesh = value.device_mesh
-        return value.redistribute(mesh, [R] * mesh.ndim, async_op=True).to_local()
+        mesh, placements = layout
+        dt = DTensor.from_local(value, mesh, placements, run_check=False, shape=value.shape, stride=value.stride())
+        return dt.redistribute(mesh, [R] * mesh.ndim, async_op=True).to_local()
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401

@@ -519,13 +519,15 @@ def test_world8_trains_like_one_process(world8, key):
     _check_numerics(world8, key)
 
 
-def test_tied_weight_of_one_fsdp_unit_is_one_parameter(world2):
-    """Embedding and head of a ZeRO-3 plan on one mesh are one FSDP unit sharing the tied weight
-    (as the plain model does); a mixed plan keeps a copy per layout."""
-    r = assert_ok(world2, "dp2-zero3-m2")
-    assert r["num_params"] == r["num_model_params"], r
-    r = assert_ok(world2, "tp2")
-    assert r["num_params"] == r["num_model_params"] + 1, r  # embedding and head store theirs apart
+def test_tied_weight_stored_alike_is_one_parameter(world2, world4):
+    """Embedding and head that store the tied weight alike share one parameter (as the plain
+    model does): one FSDP unit under ZeRO-3, one bucket entry and optimizer tensor under DDP and
+    TP; a mixed plan keeps a copy per mesh."""
+    for key in ("dp2-zero3-m2", "dp2", "tp2"):
+        r = assert_ok(world2, key)
+        assert r["num_params"] == r["num_model_params"], (key, r)
+    r = assert_ok(world4, "mixed")
+    assert r["num_params"] == r["num_model_params"] + 1, r  # embedding on (4, 1), head on (1, 4)
 
 
 def test_executors_follow_the_saved_plan(world4):
