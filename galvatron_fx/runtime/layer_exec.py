@@ -385,18 +385,34 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
     return hoisted
 
 
-_IN_FLIGHT: collections.deque = collections.deque()  # hoisted all-reduces launched last
+_IN_FLIGHT: collections.deque = collections.deque()  # hoisted all-reduces not yet waited
 _MAX_IN_FLIGHT = 64
 
 
 def _launch(work):
-    """Track a hoisted all-reduce's ``work``: the oldest beyond the last ``_MAX_IN_FLIGHT`` are
-    waited (done long since: every rank launched them), so that forwards with no backward never
-    pile up collectives nobody waits for."""
+    """Track a hoisted all-reduce's ``work`` until its backward waits for it (:func:`_done`):
+    beyond ``_MAX_IN_FLIGHT`` the oldest are waited here (done long since: every rank launched
+    them), so that forwards with no backward never pile up collectives nobody waits for. A
+    training loop leaves none behind: no work object is left for interpreter shutdown to free."""
     _IN_FLIGHT.append(work)
     while len(_IN_FLIGHT) > _MAX_IN_FLIGHT:
         _IN_FLIGHT.popleft().wait()
     return work
+
+
+def wait_in_flight() -> None:
+    """Wait for every hoisted all-reduce still tracked: those of forwards that had no backward
+    (a training step's are waited by its backward). Every rank launched them, so this returns
+    at once; a module calls it before a new forward so that none is left for long."""
+    while _IN_FLIGHT:
+        _IN_FLIGHT.popleft().wait()
+
+
+def _done(work) -> None:
+    try:
+        _IN_FLIGHT.remove(work)
+    except ValueError:  # waited already, as one of the oldest
+        pass
 
 
 class _GraphPair:
@@ -479,6 +495,8 @@ class _RunGraphs(torch.autograd.Function):
             saved = list(saved)
             for work in ctx.works:
                 work.wait()
+                _done(work)
+            ctx.works = ()
             for i, t in ctx.hoisted:
                 saved[i] = t
         # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)

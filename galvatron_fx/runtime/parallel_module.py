@@ -5,8 +5,9 @@ the *per-micro-batch global* shape (``global_batch_size / num_microbatches`` sam
 :class:`~galvatron_fx.ir.plan.ParallelPlan` with ``pp == 1``, on every rank of an initialised
 process group whose size is the plan's. ``forward(*inputs)`` takes one micro-batch of full
 (identical on every rank) user inputs and returns the loss as a plain tensor on every rank;
-``train_step`` runs a whole global batch. Parameters are DTensors (one copy per layer that reads
-them: a tied weight read by two layers is two parameters kept equal by summing their grads).
+``train_step`` runs a whole global batch. Parameters are DTensors, or their local tensors (a
+tied weight read by two layers is one parameter where both store it alike, else one copy per
+layout, kept equal by summing their grads).
 
 Terms: per layer, the *mesh* is ``(dp, tp)`` with ``dp = plan.layers[i].dp``, over the stage's
 ranks (one mesh per shape, shared); a *value* is a tensor one layer makes and others read
@@ -63,7 +64,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
-from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, LocalValue, _tensor_args
+from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, LocalValue, _tensor_args, wait_in_flight
 from galvatron_fx.runtime.buckets import GradBucketer
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
@@ -489,6 +490,7 @@ class ParallelModule(nn.Module):
     def _loss(self, inputs: Sequence[torch.Tensor], *, wrap: bool = True):
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
         ``Partial(avg)`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective."""
+        wait_in_flight()  # earlier forwards' that had no backward
         (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names, wrap=wrap)
         return loss
 

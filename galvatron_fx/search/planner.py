@@ -638,7 +638,8 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         sts = best.stages[r::best.pp]
         peaks.append(stage_peak_bytes([x.memory for st in sts for x in st.choices],
                                       [st.in_flight for st in sts for _ in st.choices],
-                                      grads_held=best.m > 1 or best.pp > 1))
+                                      grads_held=best.m > 1 or best.pp > 1)
+                     - sum(shared_tied_bytes(mg, cm, st) for st in sts))
     # what the stage DPs held each rank to (every gradient and the largest temporary added up):
     # the measure alternatives are refused by
     searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
@@ -671,6 +672,37 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         solver_stats=stats, baseline=baseline, notes=(),
     )
     return plan
+
+
+def shared_tied_bytes(mg: ModelGraph, cm: CostModel, stage) -> int:
+    """Per-rank bytes the layers' own accounting counts twice for a weight tied between layers
+    of ``stage`` (one chunk: a ``_StageResult``) that the runtime keeps as one parameter.
+
+    The layers price a copy of every weight they read, with its gradient and optimizer states
+    (a layer's choice does not know its neighbours'). The runtime shares one parameter between
+    readers that store it alike (``ParallelModule._share_tied``; one FSDP unit under ZeRO): at
+    ``tp == 1`` those with the same dp degree, both outside FSDP or both in it. Each further
+    such reader's copy is counted here (ZeRO-2's gathered copy too when both keep it); readers
+    at ``tp > 1`` keep theirs in this accounting (a shared copy there is not taken off)."""
+    first: dict[tuple, LayerChoice] = {}
+    saved = 0
+    for i, c in zip(stage.layers, stage.choices):
+        layer, st = mg.layers[i], c.strategy
+        if st.tp != 1:
+            continue
+        sharded = st.dp_type != DPType.DDP and c.dp > 1
+        for f in layer.param_names:
+            p = mg.params.get(f)
+            if p is None or p.is_buffer or not p.requires_grad or len(p.layers) < 2:
+                continue
+            key = (f, c.dp, sharded)
+            if key not in first:
+                first[key] = c
+                continue
+            m = cm.layer_memory(layer.costs, st, dp=c.dp, micro_batch=1, captured_batch=1, params=[p])
+            both_gathered = st.dp_type == first[key].strategy.dp_type == DPType.ZERO2
+            saved += m.param_bytes + m.grad_bytes + m.optimizer_bytes + (m.unsharded_param_bytes if both_gathered else 0)
+    return saved
 
 
 def _virtual(schedule: str) -> int:

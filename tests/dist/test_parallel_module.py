@@ -226,6 +226,29 @@ def _case(key: str, world: int, cache: dict) -> dict:
             for _ in range(3):
                 fn()
             res[label] = (time.perf_counter() - t0) / 3
+        res |= _hoisted_checks(pm, opt, b, m)
+    return res
+
+
+def _hoisted_checks(pm, opt, batch, m) -> dict:
+    """The loss layer's token count, all-reduced in backward by DTensor's rule, is launched in
+    forward instead; forwards with no backward leave a bounded number in flight, and a training
+    step leaves none."""
+    import torch
+
+    from galvatron_fx.runtime import layer_exec
+
+    graphs = pm.executors[-1].lowered.graphs
+    res = {"hoisted": len(graphs.hoisted),
+           "bw_all_reduces": graphs.bw.source.count("_all_reduce_")}
+    xs = [x.chunk(m)[0] for x in batch]
+    for _ in range(layer_exec._MAX_IN_FLIGHT + 6):
+        loss = pm(*xs)  # with grad, never backward
+    res["in_flight_after_forwards"] = len(layer_exec._IN_FLIGHT)
+    del loss
+    got = pm.train_step(batch, opt)
+    res["in_flight_after_step"] = len(layer_exec._IN_FLIGHT)
+    res["step_loss_finite"] = bool(torch.isfinite(torch.tensor(got)))
     return res
 
 
@@ -544,6 +567,13 @@ def test_compile_checks_world_size_and_plan_identity(world2):
         assert r["hash"].startswith("PlanError") and "different plans" in r["hash"], (rank, r["hash"])
         assert abs(r["compiled_loss"] - r["ref_loss"]) <= TOL
         assert r["planned_loss_err"] <= TOL, r["planned"]
+
+
+def test_loss_token_count_is_reduced_from_forward(world2):
+    r = assert_ok(world2, TIMED)
+    assert r["hoisted"] == 1 and r["bw_all_reduces"] == 0, r
+    assert 0 < r["in_flight_after_forwards"] <= 64, r
+    assert r["in_flight_after_step"] == 0 and r["step_loss_finite"], r
 
 
 def test_step_time_is_recorded(world2):

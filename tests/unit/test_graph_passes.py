@@ -99,3 +99,24 @@ def test_all_reduces_that_must_stay_in_backward_are_kept():
     # a tangent is no saved tensor
     bw = _backward_graph([1])
     assert hoist_saved_all_reduces(bw, num_saved=0) == []
+
+
+def test_hoisted_work_is_tracked_until_waited():
+    from galvatron_fx.runtime import layer_exec
+
+    class Work:
+        def __init__(self):
+            self.waited = False
+
+        def wait(self):
+            self.waited = True
+
+    layer_exec.wait_in_flight()
+    works = [layer_exec._launch(Work()) for _ in range(layer_exec._MAX_IN_FLIGHT + 3)]
+    assert len(layer_exec._IN_FLIGHT) == layer_exec._MAX_IN_FLIGHT
+    assert [w.waited for w in works[:4]] == [True, True, True, False]  # the oldest, beyond the bound
+    layer_exec._done(works[-1])  # a backward waited for it
+    assert works[-1] not in layer_exec._IN_FLIGHT
+    layer_exec._done(works[0])  # waited already: no error
+    layer_exec.wait_in_flight()
+    assert not layer_exec._IN_FLIGHT and all(w.waited for w in works[:-1])

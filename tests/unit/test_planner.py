@@ -187,3 +187,27 @@ def test_ddp_gradients_are_summed_per_bucket_not_per_layer():
     buckets = plan_buckets([i.nbytes for i in owned])
     assert 1 < len(buckets) < len(mg.layers) - 1  # fewer collectives than layers with parameters
     assert p.predicted.breakdown["dp_sync"] == pytest.approx(len(buckets) * 1e-3)
+
+
+def test_a_tied_weight_stored_alike_is_counted_once(gpt2, rtx):
+    """The runtime keeps one parameter for embedding and head when they store the tied weight
+    alike; the plan's peak takes the second copy (with its gradient and AdamW states) off."""
+    from types import SimpleNamespace as NS
+
+    from galvatron_fx.cost_models.memory import sharded_numel
+    from galvatron_fx.ir.strategy import LayerStrategy
+    from galvatron_fx.search.planner import shared_tied_bytes
+
+    cm = AnalyticCostModel(rtx)  # fp32: parameter, gradient and two AdamW states, 16 bytes
+    n = len(gpt2.layers)
+    (wte,) = [p for p in gpt2.params.values() if len(p.layers) > 1 and p.requires_grad and not p.is_buffer]
+
+    def stage(*specs):  # (dp, tp, dp_type) per layer; the last spec repeats
+        specs = list(specs) + [specs[-1]] * (n - len(specs))
+        return NS(layers=range(n), choices=[NS(strategy=LayerStrategy(tp=tp, dp_type=t), dp=dp)
+                                            for dp, tp, t in specs])
+
+    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP))) == 16 * wte.numel
+    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.ZERO3))) == 16 * sharded_numel(wte.shape, 8)
+    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP), (8, 1, DPType.ZERO3))) == 0  # FSDP and not
+    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP), (4, 2, DPType.DDP))) == 0  # head at tp 2
