@@ -51,7 +51,7 @@ import numpy as np
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
-from galvatron_fx.cost_models.memory import stage_peak_bytes
+from galvatron_fx.cost_models.memory import LayerMemory, stage_peak_bytes
 from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.inspect import fmt_bytes
@@ -636,10 +636,9 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
     peaks = []
     for r in range(best.pp):  # a rank runs stage r: one chunk, or several under interleaving
         sts = best.stages[r::best.pp]
-        peaks.append(stage_peak_bytes([x.memory for st in sts for x in st.choices],
+        peaks.append(stage_peak_bytes([x for st in sts for x in shared_tied_memory(mg, cm, st)],
                                       [st.in_flight for st in sts for _ in st.choices],
-                                      grads_held=best.m > 1 or best.pp > 1)
-                     - sum(shared_tied_bytes(mg, cm, st) for st in sts))
+                                      grads_held=best.m > 1 or best.pp > 1))
     # what the stage DPs held each rank to (every gradient and the largest temporary added up):
     # the measure alternatives are refused by
     searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
@@ -674,19 +673,23 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
     return plan
 
 
-def shared_tied_bytes(mg: ModelGraph, cm: CostModel, stage) -> int:
-    """Per-rank bytes the layers' own accounting counts twice for a weight tied between layers
-    of ``stage`` (one chunk: a ``_StageResult``) that the runtime keeps as one parameter.
+def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory]:
+    """The memories of ``stage``'s layers (one chunk: a ``_StageResult``), less what their own
+    accounting counts twice for a weight tied between them that the runtime keeps as one
+    parameter.
 
-    The layers price a copy of every weight they read, with its gradient and optimizer states
-    (a layer's choice does not know its neighbours'). The runtime shares one parameter between
+    A layer's choice prices a copy of every weight it reads, with its gradient and optimizer
+    states (it does not know its neighbours' choices). The runtime shares one parameter between
     readers that store it alike (``ParallelModule._share_tied``; one FSDP unit under ZeRO): at
-    ``tp == 1`` those with the same dp degree, both outside FSDP or both in it. Each further
-    such reader's copy is counted here (ZeRO-2's gathered copy too when both keep it); readers
-    at ``tp > 1`` keep theirs in this accounting (a shared copy there is not taken off)."""
-    first: dict[tuple, LayerChoice] = {}
-    saved = 0
-    for i, c in zip(stage.layers, stage.choices):
+    ``tp == 1``, those with the same dp degree, both outside FSDP or both in it (readers at
+    ``tp > 1`` keep their copies here). Each further reader loses its copy of the parameter and
+    its optimizer states (and ZeRO-2's gathered copy, when both keep one); of the gradients one
+    remains, where backward makes it: outside FSDP at the last reader (autograd holds the first
+    contribution from there on), in an FSDP unit at the first (its reduce-scatter follows the
+    unit's last backward)."""
+    mems = [c.memory for c in stage.choices]
+    first: dict[tuple, int] = {}  # (fqn, dp, sharded) -> position of the previous reader
+    for j, (i, c) in enumerate(zip(stage.layers, stage.choices)):
         layer, st = mg.layers[i], c.strategy
         if st.tp != 1:
             continue
@@ -697,12 +700,19 @@ def shared_tied_bytes(mg: ModelGraph, cm: CostModel, stage) -> int:
                 continue
             key = (f, c.dp, sharded)
             if key not in first:
-                first[key] = c
+                first[key] = j
                 continue
+            prev = first[key]
+            first[key] = j
             m = cm.layer_memory(layer.costs, st, dp=c.dp, micro_batch=1, captured_batch=1, params=[p])
-            both_gathered = st.dp_type == first[key].strategy.dp_type == DPType.ZERO2
-            saved += m.param_bytes + m.grad_bytes + m.optimizer_bytes + (m.unsharded_param_bytes if both_gathered else 0)
-    return saved
+            gathered = st.dp_type == stage.choices[prev].strategy.dp_type == DPType.ZERO2
+            mems[j] = dataclasses.replace(
+                mems[j], param_bytes=mems[j].param_bytes - m.param_bytes,
+                optimizer_bytes=mems[j].optimizer_bytes - m.optimizer_bytes,
+                unsharded_param_bytes=mems[j].unsharded_param_bytes - (m.unsharded_param_bytes if gathered else 0))
+            g = j if sharded else prev  # the gradient that does not exist apart
+            mems[g] = dataclasses.replace(mems[g], grad_bytes=mems[g].grad_bytes - m.grad_bytes)
+    return mems
 
 
 def _virtual(schedule: str) -> int:

@@ -191,23 +191,43 @@ def test_ddp_gradients_are_summed_per_bucket_not_per_layer():
 
 def test_a_tied_weight_stored_alike_is_counted_once(gpt2, rtx):
     """The runtime keeps one parameter for embedding and head when they store the tied weight
-    alike; the plan's peak takes the second copy (with its gradient and AdamW states) off."""
+    alike: the plan's memories drop the head's copy and AdamW states, and one of the two
+    gradients (DDP: the embedding's, made last; FSDP unit: the head's)."""
     from types import SimpleNamespace as NS
 
-    from galvatron_fx.cost_models.memory import sharded_numel
+    from galvatron_fx.cost_models.memory import TPShard, sharded_numel
     from galvatron_fx.ir.strategy import LayerStrategy
-    from galvatron_fx.search.planner import shared_tied_bytes
+    from galvatron_fx.search.planner import shared_tied_memory
 
-    cm = AnalyticCostModel(rtx)  # fp32: parameter, gradient and two AdamW states, 16 bytes
+    cm = AnalyticCostModel(rtx)  # fp32: 4-byte parameters and gradients, two 4-byte AdamW states
     n = len(gpt2.layers)
     (wte,) = [p for p in gpt2.params.values() if len(p.layers) > 1 and p.requires_grad and not p.is_buffer]
+    readers = [i for i, layer in enumerate(gpt2.layers) if wte.name in layer.param_names]
+    assert len(readers) == 2
 
     def stage(*specs):  # (dp, tp, dp_type) per layer; the last spec repeats
         specs = list(specs) + [specs[-1]] * (n - len(specs))
-        return NS(layers=range(n), choices=[NS(strategy=LayerStrategy(tp=tp, dp_type=t), dp=dp)
-                                            for dp, tp, t in specs])
+        choices = []
+        for layer, (dp, tp, t) in zip(gpt2.layers, specs):
+            st = LayerStrategy(tp=tp, dp_type=t)
+            params = [gpt2.params[f] for f in layer.param_names if not gpt2.params[f].is_buffer]
+            mem = cm.layer_memory(layer.costs, st, dp=dp, micro_batch=1, captured_batch=1, params=params,
+                                  tp_shard=TPShard(param_fraction=1 / tp) if tp > 1 else None)
+            choices.append(NS(strategy=st, dp=dp, memory=mem))
+        return NS(layers=range(n), choices=choices)
 
-    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP))) == 16 * wte.numel
-    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.ZERO3))) == 16 * sharded_numel(wte.shape, 8)
-    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP), (8, 1, DPType.ZERO3))) == 0  # FSDP and not
-    assert shared_tied_bytes(gpt2, cm, stage((8, 1, DPType.DDP), (4, 2, DPType.DDP))) == 0  # head at tp 2
+    def delta(st):  # per layer: (params + optimizer states, gradients) taken off
+        after = shared_tied_memory(gpt2, cm, st)
+        return [(b.param_bytes + b.optimizer_bytes - a.param_bytes - a.optimizer_bytes, b.grad_bytes - a.grad_bytes)
+                for a, b in zip(after, (c.memory for c in st.choices))]
+
+    emb, head = readers
+    d = delta(stage((8, 1, DPType.DDP)))
+    assert d[head] == (12 * wte.numel, 0) and d[emb] == (0, 4 * wte.numel)
+    assert sum(x + y for x, y in d) == 16 * wte.numel
+    d = delta(stage((8, 1, DPType.ZERO3)))
+    shard = sharded_numel(wte.shape, 8)
+    assert d[head] == (12 * shard, 4 * shard) and d[emb] == (0, 0)
+    for specs in [((8, 1, DPType.DDP), (8, 1, DPType.ZERO3)),  # FSDP and not: two copies
+                  ((8, 1, DPType.DDP), (4, 2, DPType.DDP))]:   # the head at tp 2 keeps its own
+        assert all(x == (0, 0) for x in delta(stage(*specs)))
