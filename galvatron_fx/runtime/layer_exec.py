@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.fx as fx
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -361,8 +362,9 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
 
     Such a collective depends on forward values only, yet in the backward graph it blocks: each
     rank waits there for the slowest (DTensor's ``nll_loss_backward`` sums the loss's
-    ``total_weight`` over dp this way, once per step). Launched from forward it is done by the
-    time backward needs it. Every rank runs the same forward, so the collectives keep one order."""
+    ``total_weight`` over dp this way, once per step). Launched from forward, it runs while the
+    forward goes on, and backward waits only for what is not done yet. Every rank runs the same
+    forward, so the collectives keep one order."""
     saved = [n for n in bw.graph.nodes if n.op == "placeholder"][:num_saved]
     index = {n: i for i, n in enumerate(saved)}
     hoisted = []
@@ -409,10 +411,8 @@ def wait_in_flight() -> None:
 
 
 def _done(work) -> None:
-    try:
+    if work in _IN_FLIGHT:  # else waited already, as one of the oldest
         _IN_FLIGHT.remove(work)
-    except ValueError:  # waited already, as one of the oldest
-        pass
 
 
 class _GraphPair:
@@ -424,8 +424,6 @@ class _GraphPair:
     def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool]):
         bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))  # AOTAutograd's runtime keeps the original
         num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
-        from torch.distributed.distributed_c10d import _resolve_process_group
-
         self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoist_saved_all_reduces(bw, num_saved)]
         self.fw, self.bw = graph_callable(fw), graph_callable(bw)
         self.num_outputs = num_outputs
