@@ -302,7 +302,6 @@ def graph_callable(gm: fx.GraphModule):
     dead_after: dict[fx.Node, list[fx.Node]] = {}
     for a, n in last_use.items():
         dead_after.setdefault(n, []).append(a)
-    names = {n: n.name for n in nodes}  # fx keeps them unique identifiers
     glob: dict[str, object] = {}
 
     def bind(v, hint: str = "const") -> str:
@@ -312,7 +311,7 @@ def graph_callable(gm: fx.GraphModule):
 
     def arg(a) -> str:
         if isinstance(a, fx.Node):
-            return names[a]
+            return a.name  # fx keeps node names unique identifiers
         if isinstance(a, (list, tuple)):
             items = "".join(f"{arg(x)}, " for x in a)
             return f"[{items}]" if isinstance(a, list) else f"({items})"
@@ -323,21 +322,21 @@ def graph_callable(gm: fx.GraphModule):
     params, body = [], []
     for n in nodes:
         if n.op == "placeholder":
-            params.append(names[n])
+            params.append(n.name)
             continue
         if n.op == "output":
             body.append(f"return {arg(n.args[0])}")
             break
         call_args = [arg(a) for a in n.args] + [f"{k}={arg(v)}" for k, v in n.kwargs.items()]
         if n.target is operator.getitem and not n.kwargs:
-            body.append(f"{names[n]} = {call_args[0]}[{call_args[1]}]")
+            body.append(f"{n.name} = {call_args[0]}[{call_args[1]}]")
         else:
             if isinstance(n.target, torch._ops.OpOverload):
                 fn, hint = n.target._op, n.target._opname
             else:
                 fn, hint = n.target, "fn"
-            body.append(f"{names[n]} = {bind(fn, hint)}({', '.join(call_args)})")
-        dead = [names[a] for a in dead_after.get(n, ())] + ([names[n]] if not n.users else [])
+            body.append(f"{n.name} = {bind(fn, hint)}({', '.join(call_args)})")
+        dead = [a.name for a in dead_after.get(n, ())] + ([n.name] if not n.users else [])
         if dead:
             body.append(f"del {', '.join(dead)}")
     src = f"def graph_fn({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
