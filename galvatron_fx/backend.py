@@ -87,6 +87,7 @@ from galvatron_fx.errors import CaptureError, ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType
 from galvatron_fx.search.candidates import SearchSpace
+from galvatron_fx.runtime.api import plan_on_rank0
 
 if TYPE_CHECKING:
     from galvatron_fx.runtime.parallel_module import ParallelModule
@@ -509,24 +510,8 @@ def _search(mg, cluster: Cluster, gbs: int, opts: BackendOptions, world: int | N
 
 
 def _search_on_rank0(mg, cluster: Cluster, gbs: int, opts: BackendOptions) -> ParallelPlan:
-    """Search on rank 0 and broadcast the plan (or the error, so that no rank waits for a plan
-    that will not come): one search instead of one per rank, and one plan by construction."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    payload: list[Any] = [None]
-    error: BaseException | None = None
-    if rank == 0:
-        try:
-            payload = [("plan", _search(mg, cluster, gbs, opts, world).to_json())]
-        except Exception as e:  # every rank must hear of it
-            error = e
-            payload = [("error", type(e).__name__, str(e))]
-    dist.broadcast_object_list(payload, src=0)
-    if error is not None:
-        raise error
-    if payload[0][0] == "error":
-        _, kind, msg = payload[0]
-        raise PlanError(f"planning failed on rank 0 ({kind}): {msg}")
-    return ParallelPlan.from_json(payload[0][1], source="the plan broadcast by rank 0")
+    """Search on rank 0 and broadcast the plan, or the error (:func:`plan_on_rank0`)."""
+    return plan_on_rank0(lambda: _search(mg, cluster, gbs, opts, dist.get_world_size()))
 
 
 def _write_dumps(d: Path, mg, plan: ParallelPlan | None) -> None:

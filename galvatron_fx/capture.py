@@ -5,9 +5,19 @@ live on a real device, on ``meta`` or in a ``FakeTensorMode``: planning never ne
 weights. The result is a :class:`~galvatron_fx.ir.ModelGraph` with parameters, layers and (by
 default) costs from ``annotate_costs_pass``.
 
-Loss: ``model(*example_inputs)`` should return the scalar loss. If it returns something else
-(logits, a ``ModelOutput``), pass ``loss_fn(output, target)``: the last example input is then
-the target and the model is called with the others.
+Loss: ``model(*example_inputs, **example_kwargs)`` should return the scalar loss, or a structure
+that holds it: a Hugging Face ``ModelOutput`` or dict with a ``loss`` entry (labels passed in), or
+a tuple or list whose first element is the loss; the graph then returns the loss alone. If the
+model returns no loss (logits only), pass ``loss_fn(output, target)``: the last example input is
+then the target and the model is called with the others.
+
+Inputs: the graph's user inputs are the tensors among the positional and keyword arguments
+(``ModelGraph.input_names``, bound by :meth:`ModelGraph.bind_inputs`); other arguments
+(``use_cache=False``) are specialised into the graph, and a later call must pass the same
+values. Example inputs that are the same tensor (``labels=input_ids``) are captured as two
+inputs. Lifted tensor constants (``torch.tensor(...)`` in a forward) are kept in
+``ModelGraph.constants``; a model that updates buffers in training (BatchNorm's running
+statistics) is refused with :class:`UnsupportedModelError`.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
-from galvatron_fx.ir.graph import ModelGraph, ParamInfo, dtype_name
+from galvatron_fx.ir.graph import InputInfo, ModelGraph, ParamInfo, dtype_name
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)
@@ -72,6 +82,7 @@ def capture(
     args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     args, kwargs = _match_device(model, args, kwargs)
+    args, kwargs = _unalias(args, kwargs)
     root = _WithLoss(model, loss_fn) if loss_fn is not None else model
     prefix = _WRAP_PREFIX if loss_fn is not None else ""
 
@@ -83,6 +94,9 @@ def capture(
         model.train(was_training)
     gm = ep.graph_module
     sig = ep.graph_signature
+    _refuse_buffer_mutations(gm, sig, type(model).__name__)
+    outputs = _select_loss(gm, ep, type(model).__name__, loss_fn is not None)
+    inputs = _user_inputs(gm, sig, args, kwargs)
     strip = (lambda s: s[len(prefix):] if prefix and s.startswith(prefix) else s)
     params: dict[str, ParamInfo] = {}
     trainable = {n for n, p in root.named_parameters(remove_duplicate=False) if p.requires_grad}
@@ -114,15 +128,19 @@ def capture(
             is_buffer=is_buffer,
             requires_grad=(not is_buffer) and fqn in trainable,
         )
+    tensor_inputs = [i for i in inputs if i.is_tensor]
+    by_node = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     mg = ModelGraph(
         gm=gm,
         params=params,
-        input_names=list(sig.user_inputs),
-        output_names=[str(o) for o in sig.user_outputs],
+        input_names=[i.name for i in tensor_inputs],
+        output_names=outputs,
         name=name or type(model).__name__,
-        example_shapes=[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)],
-        example_dtypes=[dtype_name(a.dtype) for a in args if isinstance(a, torch.Tensor)],
+        example_shapes=[tuple(int(d) for d in by_node[i.name].meta["val"].shape) for i in tensor_inputs],
+        example_dtypes=[dtype_name(by_node[i.name].meta["val"].dtype) for i in tensor_inputs],
         exported=ep,
+        inputs=inputs,
+        constants={strip(fqn): t for fqn, t in ep.constants.items() if isinstance(t, torch.Tensor)},
     )
     ctx = PassContext(
         graph=mg,
@@ -135,6 +153,111 @@ def capture(
     log.info("captured %s: %d nodes, %d layers, %d kinds in %.2f s", mg.name, len(gm.graph.nodes),
              len(mg.layers), len(mg.kinds()), time.perf_counter() - t0)
     return mg
+
+
+def _unalias(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The example inputs with every repeat of one tensor (``labels=input_ids``) cloned, so that
+    export gives each its own input: at run time they are different tensors."""
+    seen: set[int] = set()
+
+    def own(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) in seen:
+            return x.clone()
+        seen.add(id(x))
+        return x
+
+    return tuple(own(a) for a in args), {k: own(v) for k, v in kwargs.items()}
+
+
+def _user_inputs(gm, sig, args: tuple, kwargs: dict) -> list[InputInfo]:
+    """One :class:`InputInfo` per user input of the exported graph, in its order: where the
+    caller passes it (a position or a keyword) and, for non-tensors, the value specialised."""
+    from torch.utils._pytree import MappingKey, SequenceKey, tree_flatten_with_path
+
+    leaves, _ = tree_flatten_with_path((args, kwargs))
+    specs = [s for s in sig.input_specs if s.kind.name == "USER_INPUT"]
+    if len(leaves) != len(specs):
+        raise UnsupportedModelError(
+            f"could not match the {len(leaves)} example input leaves to the graph's {len(specs)} user inputs; "
+            "pass tensors as plain positional or keyword arguments")
+    out = []
+    for (path, value), spec in zip(leaves, specs):
+        if len(path) != 2 or not isinstance(path[1], (SequenceKey, MappingKey)):
+            where = "".join(str(k) for k in path)
+            raise UnsupportedModelError(
+                f"example input {where} is nested inside another argument; pass each tensor as its own "
+                "positional or keyword argument")
+        key = path[1].idx if isinstance(path[1], SequenceKey) else str(path[1].key)
+        is_tensor = isinstance(value, torch.Tensor)
+        out.append(InputInfo(name=spec.arg.name, key=key, is_tensor=is_tensor,
+                             value=None if is_tensor else value))
+    return out
+
+
+def _refuse_buffer_mutations(gm, sig, model_name: str) -> None:
+    """A model that writes buffers in training (BatchNorm's running statistics) is refused: the
+    runtime keeps buffers fixed, so the statistics would silently never update. Writes show as
+    the signature's mutated buffers, as ops whose schema writes a buffer input, or as the
+    composite ``batch_norm``/``instance_norm`` in training mode with running statistics (their
+    schema hides the write)."""
+    buffers = sig.inputs_to_buffers
+    mutated = list(sig.buffers_to_mutate.values())
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+            continue
+        written = [a for a, arg in zip(n.args, t._schema.arguments)
+                   if arg.alias_info is not None and arg.alias_info.is_write]
+        if t.overloadpacket in (torch.ops.aten.batch_norm, torch.ops.aten.instance_norm) and len(n.args) > 5 \
+                and n.args[5] is True:
+            written += [a for a in n.args[3:5] if a is not None]
+        mutated += [buffers[a.name] for a in written if isinstance(a, torch.fx.Node) and a.name in buffers
+                    and buffers[a.name] not in mutated]
+    if mutated:
+        shown = ", ".join(mutated[:4]) + (f", … {len(mutated) - 4} more" if len(mutated) > 4 else "")
+        raise UnsupportedModelError(
+            f"{model_name} updates buffers while it trains ({shown}): galvatron_fx does not train models "
+            "whose forward writes state, such as BatchNorm's running statistics. Replace BatchNorm by "
+            "LayerNorm or GroupNorm, or capture the model in eval() mode to plan it only")
+
+
+def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> list[str]:
+    """Make the graph return the loss alone; returns the output node names (the loss's).
+
+    The loss is the output itself when it is a tensor, its ``loss`` entry for a ``ModelOutput``
+    or dict, or its first element for a tuple or list; it must be a 0-dim floating tensor."""
+    from torch.utils._pytree import tree_unflatten
+
+    sig = ep.graph_signature
+    user = list(sig.user_outputs)
+    where = tree_unflatten(list(range(len(user))), ep.call_spec.out_spec)
+    kind = type(where).__name__
+    if isinstance(where, int):
+        index = where
+    elif getattr(where, "loss", None) is not None or (isinstance(where, dict) and where.get("loss") is not None):
+        index = where["loss"] if isinstance(where, dict) else where.loss
+    elif isinstance(where, (tuple, list)) and where and isinstance(where[0], int):
+        index = where[0]
+    else:
+        index = None
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = list(out_node.args[0])
+    first_user = len(flat) - len(user)
+    loss = flat[first_user + index] if index is not None else None
+    val = loss.meta.get("val") if isinstance(loss, torch.fx.Node) else None
+    if not (isinstance(val, torch.Tensor) and val.ndim == 0 and val.is_floating_point()):
+        what = f"{kind} whose loss entry is {'missing' if index is None else 'not a scalar'}"
+        hint = ("the loss_fn must return a scalar tensor" if has_loss_fn else
+                "pass labels so that the model computes its loss, or pass loss_fn(output, target) with the "
+                "target as the last example input")
+        raise UnsupportedModelError(f"{model_name} returns a {what}: galvatron_fx trains on a scalar loss; {hint}")
+    if len(user) > 1:
+        out_node.args = (tuple(flat[:first_user]) + (loss,),)
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return [str(user[index])]
 
 
 def _canonical_names(root: nn.Module) -> dict[str, str]:

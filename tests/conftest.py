@@ -9,3 +9,9 @@ import tempfile
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Profiles cached by a user's `galvatron-fx profile` must not change what the tests see.
 os.environ["GFX_CACHE_DIR"] = tempfile.mkdtemp(prefix="gfx-test-cache-")
+
+import sys
+from pathlib import Path
+
+# shared helpers (hf_tiny) import as top-level modules from unit and spawned distributed tests
+sys.path.insert(0, str(Path(__file__).parent))

@@ -52,6 +52,17 @@ class ParamInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class InputInfo:
+    """One user input of the captured graph: where the caller passes it and, for a non-tensor
+    argument (``use_cache=False``), the value the graph was specialised to."""
+
+    name: str  # the graph's placeholder name (for a tensor input, an entry of ``input_names``)
+    key: int | str  # positional index, or keyword name
+    is_tensor: bool = True
+    value: object = None
+
+
+@dataclass(frozen=True, slots=True)
 class LayerCosts:
     """Per-layer sums of the node facts (one forward + one backward at the captured shapes).
 
@@ -135,6 +146,48 @@ class ModelGraph:
     example_shapes: list[tuple[int, ...]] = field(default_factory=list)
     example_dtypes: list[str] = field(default_factory=list)
     exported: object | None = None  # the torch.export.ExportedProgram, when captured by export
+    inputs: list[InputInfo] = field(default_factory=list)  # every user argument, tensors or not
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted tensor constants by FQN
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def bind_inputs(self, args=(), kwargs=None) -> list[torch.Tensor]:
+        """The tensor user inputs, in ``input_names`` order, from a call's ``args`` and ``kwargs``
+        (or from ``args`` alone when it is a mapping of names to values: a Hugging Face batch).
+        A positional input may also be passed by name. Raises ``ValueError`` naming what is
+        missing, unexpected or differs from the value the graph was specialised to."""
+        from collections.abc import Mapping
+
+        if isinstance(args, Mapping):
+            args, kwargs = (), {**args, **(kwargs or {})}
+        args, kwargs = tuple(args), dict(kwargs or {})
+        infos = self.inputs or [InputInfo(name=n, key=i) for i, n in enumerate(self.input_names)]
+        known = {i.key for i in infos} | {i.name for i in infos}
+        unexpected = [k for k in kwargs if k not in known]
+        if len(args) > sum(isinstance(i.key, int) for i in infos) or unexpected:
+            raise ValueError(f"{self.name} was captured with inputs {self._signature()}; got {len(args)} positional "
+                             f"and keywords {sorted(kwargs)}")
+        out: list[torch.Tensor] = []
+        for info in infos:
+            if isinstance(info.key, int) and info.key < len(args):
+                value, given = args[info.key], True
+            elif info.key in kwargs or info.name in kwargs:
+                value, given = kwargs.get(info.key, kwargs.get(info.name)), True
+            else:
+                value, given = None, False
+            if info.is_tensor:
+                if not isinstance(value, torch.Tensor):
+                    raise ValueError(f"input {info.key!r} of {self.name} must be a tensor (captured with inputs "
+                                     f"{self._signature()}), got {type(value).__name__}")
+                out.append(value)
+            elif given and value != info.value:
+                raise ValueError(f"argument {info.key!r} of {self.name} was captured as {info.value!r} and is "
+                                 f"fixed in the graph; got {value!r}: capture again with the new value")
+        return out
+
+    def _signature(self) -> str:
+        infos = self.inputs or [InputInfo(name=n, key=i) for i, n in enumerate(self.input_names)]
+        return "(" + ", ".join(f"{i.key}=" + ("<tensor>" if i.is_tensor else repr(i.value)) if isinstance(i.key, str)
+                               else "<tensor>" for i in infos) + ")"
 
     # ---- lookups -------------------------------------------------------------------------
     @property

@@ -17,10 +17,13 @@ Algorithm:
 3. Cut the node sequence into runs of equal owner. Runs owned by a block are ``block`` layers
    named by the module; runs before the first block are the embedding; the run after the last
    block is cut into ``head`` (up to the last node that reads a parameter) and ``loss`` (the
-   parameter-free tail, when the graph returns a scalar); runs between blocks are ``embedding``
-   when they contain an embedding lookup, else ``other``. A graph without any block group
-   falls back to one layer per top-level child module.
-4. ``kind`` = a hash of the layer's canonical form: each node's op, output shapes/dtypes,
+   parameter-free tail that feeds the scalar output, with the nodes reading it); runs between
+   blocks are ``embedding`` when they contain an embedding lookup, else ``other``. A graph
+   without any block group falls back to one layer per top-level child module.
+4. No layer may read a value a later layer makes (``_forward_only``): the reader moves to the
+   later layer when nothing earlier reads it, else the value's producers move back to the
+   reader's layer when they read nothing newer; otherwise ``UnsupportedModelError``.
+5. ``kind`` = a hash of the layer's canonical form: each node's op, output shapes/dtypes,
    constant arguments and wiring (argument → position of its producer inside the layer, or
    of its external input), with external inputs described by shape, dtype and whether they
    are parameters. Names never enter, so renamed models hash equally and a block with a
@@ -215,12 +218,59 @@ def segment(gm: fx.GraphModule, param_nodes: dict[str, str], prefix: str = "") -
     if tail:
         last_param = max((k for k, n in enumerate(tail) if _reads_param(n, pset)), default=-1)
         rest = tail[last_param + 1 :]
-        feeds_loss = _ancestors(_scalar_outputs(gm), set(rest))
-        loss = [n for n in rest if n in feeds_loss]
-        head = [n for n in tail if n not in feeds_loss or n not in set(rest)]
-        add(str(LayerRole.HEAD), LayerRole.HEAD, head)
-        add(str(LayerRole.LOSS), LayerRole.LOSS, loss)
-    return out
+        # the loss: what feeds the scalar output, and what reads it (checks of the loss's values)
+        in_loss = _ancestors(_scalar_outputs(gm), set(rest))
+        for n in rest:
+            if any(a in in_loss for a in n.all_input_nodes):
+                in_loss.add(n)
+        add(str(LayerRole.HEAD), LayerRole.HEAD, [n for n in tail if n not in in_loss])
+        add(str(LayerRole.LOSS), LayerRole.LOSS, [n for n in rest if n in in_loss])
+    return _forward_only(out, gm)
+
+
+def _forward_only(segments: list[tuple[str, LayerRole, list[fx.Node]]],
+                  gm: fx.GraphModule) -> list[tuple[str, LayerRole, list[fx.Node]]]:
+    """The segments with no layer reading a value made by a later layer (the runtime runs layers
+    in order). A node reading a later layer's value moves to that layer when nothing before it
+    reads the node (a metadata check, a value only later layers use); else the later layer's
+    producers of the value move back to the reader's layer when they read nothing newer (labels
+    shifted inside a model's loss, read by its head). Otherwise :class:`UnsupportedModelError`."""
+    from galvatron_fx.errors import UnsupportedModelError
+
+    pos = {n: i for i, n in enumerate(gm.graph.nodes)}
+    layer_of = {n: i for i, (_, _, nodes) in enumerate(segments) for n in nodes}
+    members = [list(nodes) for _, _, nodes in segments]
+
+    def move(n: fx.Node, dst: int) -> None:
+        members[layer_of[n]].remove(n)
+        members[dst].append(n)
+        members[dst].sort(key=pos.__getitem__)
+        layer_of[n] = dst
+
+    def late_input(n: fx.Node) -> fx.Node | None:
+        return next((a for a in n.all_input_nodes if layer_of.get(a, -1) > layer_of[n]), None)
+
+    for _ in range(len(pos)):  # each round fixes one backward read
+        bad = next((n for n in gm.graph.nodes if n in layer_of and late_input(n) is not None), None)
+        if bad is None:
+            break
+        src = late_input(bad)
+        here, there = layer_of[bad], layer_of[src]
+        if all(layer_of.get(u, len(members)) >= there for u in bad.users):
+            move(bad, there)
+            continue
+        chain = sorted(_ancestors([src], {n for n, l in layer_of.items() if l > here}), key=pos.__getitem__)
+        newest = max((layer_of.get(a, -1) for c in chain for a in c.all_input_nodes if a not in chain), default=-1)
+        if newest <= here:
+            for n in chain:
+                move(n, here)
+            continue
+        raise UnsupportedModelError(
+            f"layer {segments[here][0]!r} reads {src.name} ({src.format_node()[:80]}), which the later layer "
+            f"{segments[there][0]!r} makes from values of its own: galvatron_fx runs layers in order. Compute the "
+            "value in the module that first needs it, or keep the modules of one step in one block")
+    return [(name, role, nodes) for (name, role, _), nodes in zip(segments, members) if nodes]
+
 
 
 def kind_hash(nodes: list[fx.Node], param_nodes: set[str]) -> str:

@@ -14,7 +14,8 @@ dim 0), then build the module.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,7 +27,7 @@ from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
 
-__all__ = ["compile", "check_same_plan"]
+__all__ = ["compile", "check_same_plan", "plan_on_rank0"]
 
 
 def _resize(x: torch.Tensor, batch: int) -> torch.Tensor:
@@ -64,16 +65,41 @@ def check_same_plan(plan: ParallelPlan) -> None:
                         "or plan on one rank and broadcast it")
 
 
-def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *, loss_fn=None,
-            global_batch_size: int, memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
+def plan_on_rank0(search: Callable[[], ParallelPlan]) -> ParallelPlan:
+    """``search()`` on rank 0, its plan broadcast to every rank (or its error, so that no rank
+    waits for a plan that will not come): one search instead of one per rank, and one plan by
+    construction. Collective."""
+    payload: list[Any] = [None]
+    error: BaseException | None = None
+    if dist.get_rank() == 0:
+        try:
+            payload = [("plan", search().to_json())]
+        except Exception as e:  # every rank must hear of it
+            error = e
+            payload = [("error", type(e).__name__, str(e))]
+    dist.broadcast_object_list(payload, src=0)
+    if error is not None:
+        raise error
+    if payload[0][0] == "error":
+        _, kind, msg = payload[0]
+        raise PlanError(f"planning failed on rank 0 ({kind}): {msg}")
+    return ParallelPlan.from_json(payload[0][1], source="the plan broadcast by rank 0")
+
+
+def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
+            example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
+            memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
             search=None) -> ParallelModule:  # noqa: A001 (the public name, DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
 
+    ``example_inputs`` are the model's positional arguments, or a mapping of argument names to
+    values (a Hugging Face batch: ``{"input_ids": ..., "labels": ...}``); ``example_kwargs`` more
+    keyword arguments. ``train_step`` then takes batches of the same form.
     ``loss_fn(output, target)``: for a model that does not return its loss; the last of
     ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
-    model is called with the others."""
+    model is called with the others. The search runs on rank 0 and its plan is broadcast."""
     import galvatron_fx as gfx
 
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
@@ -82,11 +108,17 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
     world = dist.get_world_size()
-    example_inputs = tuple(example_inputs)
+    if isinstance(example_inputs, Mapping):
+        example_kwargs = {**example_inputs, **(example_kwargs or {})}
+        example_inputs = ()
+    example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
     if plan is None:
-        mg0 = gfx.capture(model, example_inputs, loss_fn)
-        plan = gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
-                        search=search)
+        def search_plan() -> ParallelPlan:
+            mg0 = gfx.capture(model, example_inputs, loss_fn, example_kwargs=example_kwargs)
+            return gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
+                            search=search)
+
+        plan = plan_on_rank0(search_plan)
     if plan.world_size != world:  # every rank sees the same sizes: all raise, none waits
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "
@@ -96,8 +128,9 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor], *
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
     micro = plan.global_batch_size // plan.num_microbatches
-    mg = gfx.capture(_runtime_model(model, plan.precision), tuple(_resize(x, micro) for x in example_inputs),
-                     loss_fn)
+    resize = lambda x: _resize(x, micro) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    mg = gfx.capture(_runtime_model(model, plan.precision), tuple(resize(x) for x in example_inputs), loss_fn,
+                     example_kwargs={k: resize(v) for k, v in example_kwargs.items()})
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule
 

@@ -53,6 +53,7 @@ from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer, parse_placement, pstr
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,29 @@ def _parse_strategy(s: str) -> tuple[list[Placement], list[Placement | None]]:
 
 def _tensor_args(n: fx.Node) -> list[fx.Node]:
     return [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
+
+
+def _kwargs_follow_dp(args, kwargs: dict, mesh: DeviceMesh) -> dict:
+    """Keyword tensor arguments laid out on dp like the op's first positional DTensor, where
+    they have its rank and its size on the dim it is sharded on, else replicated: DTensor
+    redistributes positional arguments only, so an attention mask (``attn_mask=`` of the SDPA
+    kernels, made replicated from factories) would otherwise meet a batch-sharded query with
+    its whole batch. A redistribute to a shard is a local slice."""
+    ref = next((a for a in tree_flatten(args)[0] if isinstance(a, DTensor)), None)
+    if ref is None:
+        return kwargs
+    ref_dp = ref.placements[0]
+
+    def follow(v):
+        if not isinstance(v, DTensor) or v.ndim != ref.ndim or v.device_mesh is not ref.device_mesh:
+            return v
+        want = ref_dp if isinstance(ref_dp, Shard) and v.shape[ref_dp.dim] == ref.shape[ref_dp.dim] else R
+        dp_p = v.placements[0]
+        if dp_p == want:
+            return v
+        return v.redistribute(mesh, (want, *v.placements[1:]))
+
+    return {k: follow(v) for k, v in kwargs.items()}
 
 
 def _storage(p: Placement) -> Placement:
@@ -843,6 +867,8 @@ class LayerExecutor(nn.Module):
 
         args = fx.node.map_aggregate(n.args, load)
         kwargs = fx.node.map_aggregate(n.kwargs, load)
+        if kwargs:
+            kwargs = _kwargs_follow_dp(args, kwargs, self.mesh)
         out = n.target(*args, **kwargs)
         got = [o.placements[1] if isinstance(o, DTensor) else None
                for o in (out if isinstance(out, (tuple, list)) else [out])]

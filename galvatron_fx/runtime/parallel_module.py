@@ -201,6 +201,8 @@ class ParallelModule(nn.Module):
         self.option_source: list[str] = []  # "plan" | "tp1" | "re-solved", per layer
         named = dict(model.named_buffers())
         self._buffers_full = {fqn: b.detach().clone() for fqn, b in named.items()}
+        # tensors the graph reads besides parameters: buffers and lifted constants (not state)
+        self._constants = {fqn: t.detach().clone() for fqn, t in mg.constants.items()}
         self._node_fqn = {node: p.name for p in mg.params.values() for node in p.nodes}
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         decomposed: dict[str, DecomposedLayer] = {}
@@ -451,7 +453,8 @@ class ParallelModule(nn.Module):
                 return reshard(v, mesh, (dp_p, tp_p))
             full = v
         elif name in self._is_buffer:
-            full = self._buffers_full[self._node_fqn[name]]
+            fqn = self._node_fqn[name]
+            full = self._buffers_full[fqn] if fqn in self._buffers_full else self._constants[fqn]
         else:
             raise AssertionError(f"layer input {name} is neither a user input, a buffer nor made by an earlier layer")
         if full.is_floating_point() and full.dtype != self.compute_dtype:
@@ -467,14 +470,17 @@ class ParallelModule(nn.Module):
                 return local
         return distribute_tensor(full, mesh, [dp_p, tp_p], src_data_rank=None)
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
         """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
-        shape) as a plain tensor, the same on every rank.
+        shape; positional and keyword as the model was captured, or one mapping of names to
+        tensors) as a plain tensor, the same on every rank.
 
         The loss layer's mean over a batch-sharded input comes out of DTensor as
         ``Partial(avg)`` on dp; its ``full_tensor()`` is the global mean, and backward through it
         leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`) is the gradient of that mean.
         """
+        inputs = self.mg.bind_inputs(inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], dict)
+                                     else inputs, kwargs)
         self._check_inputs(inputs)
         loss = self._loss(inputs)
         return loss.full_tensor() if isinstance(loss, DTensor) else loss
@@ -551,12 +557,14 @@ class ParallelModule(nn.Module):
             for ex, k in ps:
                 ex.set_full_grad(k, total)
 
-    def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
-        """One step on a global batch (full tensors on every rank): ``num_microbatches``
+    def train_step(self, batch, optimizer: torch.optim.Optimizer) -> float:
+        """One step on a global batch (full tensors on every rank; a sequence in the model's
+        positional order, or a mapping of input names to tensors): ``num_microbatches``
         micro-batches with accumulated grads, one dp sync, ``optimizer.step()``, ``zero_grad()``.
         Returns the mean loss. Under ``fp16`` the loss is scaled (:class:`LossScaler`) and a step
         whose gradients overflow is skipped on every rank."""
         m = self.num_microbatches
+        batch = self.mg.bind_inputs(batch)
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
             raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")

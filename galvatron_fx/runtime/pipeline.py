@@ -251,13 +251,14 @@ class PipelineModule(nn.Module):
     def forward(self, *inputs):
         raise PlanError("a pipelined module runs whole steps: call train_step(batch, optimizer)")
 
-    def train_step(self, batch: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None) -> float:
-        """One step on a global batch (full tensors on every rank): the schedule's forward and
+    def train_step(self, batch, optimizer: torch.optim.Optimizer | None) -> float:
+        """One step on a global batch (full tensors on every rank; a sequence in the model's
+        positional order, or a mapping of input names to tensors): the schedule's forward and
         backward over ``num_microbatches`` micro-batches, gradient sync, ``optimizer.step()`` and
         ``zero_grad()`` (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the
         mean loss on every rank."""
         losses: list[torch.Tensor] = []
-        args = tuple(batch) if self._first else ()
+        args = tuple(self.mg.bind_inputs(batch)) if self._first else ()
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
             self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
         else:

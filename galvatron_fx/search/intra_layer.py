@@ -71,6 +71,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.strategy import SPMode
+from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
 
 log = logging.getLogger(__name__)
@@ -130,13 +131,30 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
              ("activation" if a.op != "placeholder" and _is_float(a) and readers[a.name] == 1 else "other")
              for a in ext]
     run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
+    grad = _requires_grad(mg)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        xs = [_fake(a.meta["val"]) for a in ext]
+        # inputs that require grad in training do here too: some ops dispatch to other kernels
+        # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
+        xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
         gm = make_fx(run, tracing_mode="real")(*xs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext])
     _measure_forward(dl)
     return dl
+
+
+def _requires_grad(mg: ModelGraph) -> set[fx.Node]:
+    """The captured graph's nodes whose values require grad in training: trainable parameters
+    and the floating values computed from them."""
+    trainable = {node for p in mg.params.values() if p.requires_grad and not p.is_buffer for node in p.nodes}
+    out: set[fx.Node] = set()
+    for n in mg.gm.graph.nodes:
+        if n.op == "placeholder":
+            if n.name in trainable:
+                out.add(n)
+        elif _is_float(n) and any(a in out for a in n.all_input_nodes):
+            out.add(n)
+    return out
 
 
 def _is_float(n: fx.Node) -> bool:
@@ -565,7 +583,7 @@ def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, i
     x = {n: [m.var(c) for c in pr.compute_s[n]] for n in pr.nodes}
     for n in pr.nodes:  # _add_choice_constraints: exactly one strategy per node
         m.row({v: 1.0 for v in x[n]}, 1, 1)
-    for n, i in pr.forbidden:
+    for n, i in sorted(pr.forbidden):
         m.row({x[n][i]: 1.0}, 0, 0)
     gp = {(n, 0): m.var(0.0) for n in pr.nodes if n in pr.view_like}
     for v in pr.values:

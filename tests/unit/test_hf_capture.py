@@ -1,0 +1,161 @@
+"""capture() of Hugging Face models and of the model shapes users bring: inputs by name, the
+loss picked out of structured outputs, layers that never read a later layer's value, lifted
+constants, refused buffer updates, and a search that is the same in every process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import galvatron_fx as gfx
+from galvatron_fx.errors import UnsupportedModelError
+
+hf_tiny = pytest.importorskip("hf_tiny")
+pytest.importorskip("transformers")
+
+
+def _later_reads(mg) -> list[str]:
+    layer_of = {n: i for i, l in enumerate(mg.layers) for n in l.node_names}
+    return [f"{mg.layers[layer_of[n]].name} reads {a} of {mg.layers[layer_of[a]].name}"
+            for l in mg.layers for n in l.node_names for a in (x.name for x in mg.node(n).all_input_nodes)
+            if a in layer_of and layer_of[a] > layer_of[n]]
+
+
+@pytest.mark.parametrize("family", hf_tiny.FAMILIES)
+def test_hf_family_captures_with_its_own_loss(family):
+    model, batch = hf_tiny.build(family)
+    mg = gfx.capture(model, (), example_kwargs=batch)
+    assert mg.input_names == list(batch)  # tensors by name, in the call's order
+    assert len(mg.output_names) == 1  # the loss alone, out of the ModelOutput
+    assert _later_reads(mg) == []
+    assert [str(l.role) for l in mg.layers][-2:] == ["head", "loss"]
+    assert len(mg.blocks()) >= 2
+    assert mg.num_params == sum(p.numel() for p in model.parameters())
+
+
+def test_t5_lifted_constant_is_kept_with_the_graph():
+    model, batch = hf_tiny.build("t5")
+    mg = gfx.capture(model, (), example_kwargs=batch)
+    consts = [p for p in mg.params.values() if p.name in mg.constants]
+    assert consts and all(p.is_buffer and not p.requires_grad for p in consts)
+    assert all(isinstance(t, torch.Tensor) for t in mg.constants.values())
+
+
+def test_labels_that_are_the_input_ids_are_two_inputs():
+    model, batch = hf_tiny.build("llama")
+    ids = batch["input_ids"]
+    mg = gfx.capture(model, (ids,), example_kwargs={"labels": ids, "use_cache": False})
+    assert mg.input_names == ["input_ids", "labels"]
+    emb = mg.layers[0]
+    assert "input_ids" in emb.input_names and "labels" not in emb.input_names
+    assert "labels" in mg.layers[-1].input_names
+    # bound positionally, by keyword, or from one mapping; constants must match the capture
+    a, b = mg.bind_inputs((ids,), {"labels": ids})
+    assert a is ids and b is ids
+    assert len(mg.bind_inputs({"input_ids": ids, "labels": ids, "use_cache": False})) == 2
+    with pytest.raises(ValueError, match="use_cache.*captured as False"):
+        mg.bind_inputs((ids,), {"labels": ids, "use_cache": True})
+    with pytest.raises(ValueError, match="must be a tensor"):
+        mg.bind_inputs((ids,))
+    with pytest.raises(ValueError, match="keywords"):
+        mg.bind_inputs((ids,), {"labels": ids, "attention": ids})
+
+
+def test_logits_only_output_asks_for_labels_or_loss_fn():
+    model, batch = hf_tiny.build("gpt2")
+    with pytest.raises(UnsupportedModelError, match="pass labels.*loss_fn"):
+        gfx.capture(model, (batch["input_ids"],))
+    # with a loss_fn on the logits, the last input is the target
+    mg = gfx.capture(model, (batch["input_ids"], batch["labels"]),
+                     loss_fn=lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten()))
+    assert len(mg.output_names) == 1 and _later_reads(mg) == []
+
+
+class _Blocks(nn.Module):
+    def __init__(self, norm: type[nn.Module] = nn.LayerNorm):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), norm(16), nn.ReLU()) for _ in range(2))
+        self.out = nn.Linear(16, 4)
+
+
+class _ReturnsTuple(_Blocks):
+    def forward(self, x, y):
+        h = self.inp(x)
+        for b in self.blocks:
+            h = h + b(h)
+        pred = self.out(h)
+        return F.mse_loss(pred, y), pred
+
+
+def test_tuple_output_gives_its_first_element_as_the_loss():
+    model = _ReturnsTuple()
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+    mg = gfx.capture(model, (x, y))
+    assert len(mg.output_names) == 1
+    assert mg.layers[-1].role == "loss"
+
+
+class _WithBatchNorm(_Blocks):
+    def __init__(self):
+        super().__init__(norm=nn.BatchNorm1d)
+
+    def forward(self, x, y):
+        h = self.inp(x)
+        for b in self.blocks:
+            h = h + b(h)
+        return F.mse_loss(self.out(h), y)
+
+
+def test_batchnorm_in_training_is_refused_with_advice():
+    model = _WithBatchNorm()
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+    with pytest.raises(UnsupportedModelError, match=r"updates buffers.*running_mean.*LayerNorm"):
+        gfx.capture(model, (x, y))
+    mg = gfx.capture(model.eval(), (x, y))  # in eval mode nothing is written: it can be planned
+    assert len(mg.blocks()) == 2
+
+
+_DETERMINISM = textwrap.dedent('''
+    import hashlib, json, sys
+    sys.path.insert(0, sys.argv[1])
+    import galvatron_fx as gfx, hf_tiny
+    from galvatron_fx import zoo
+    from galvatron_fx.cost_models import AnalyticCostModel
+    from galvatron_fx.search.intra_layer import solve_intra_layer
+    out = {}
+    cm = AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))
+    for name in ("gpt2", "llama", "qwen2", "gpt-tiny"):
+        if name in hf_tiny.FAMILIES:
+            model, batch = hf_tiny.build(name)
+            mg = gfx.capture(model, (), example_kwargs=batch)
+        else:
+            model, inputs = zoo.build(name, batch_size=4, seq_len=16)
+            mg = gfx.capture(model, inputs)
+        pl = {f"{l.name}/{sp}": solve_intra_layer(mg, l, 2, sp, cm, shard_params=True).placements
+              for l in mg.layers for sp in (("none", "megatron") if l.role == "block" else ("none",))}
+        plan = gfx.plan(mg, gfx.Cluster.local_cpu(4), global_batch_size=8)
+        out[name] = [hashlib.sha256(json.dumps(pl, sort_keys=True).encode()).hexdigest(), plan.plan_hash()]
+    print(json.dumps(out))
+''')
+
+
+def test_search_is_the_same_under_every_hash_seed():
+    tests = str(Path(__file__).resolve().parents[1])
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", _DETERMINISM, tests], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert outs[0] == outs[1]
