@@ -149,6 +149,30 @@ def _kwargs_follow_dp(args, kwargs: dict, mesh: DeviceMesh) -> dict:
     return {k: follow(v) for k, v in kwargs.items()}
 
 
+def _written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
+    """``(op, argument)`` pairs the executor must pass as they are: an argument an op writes in
+    place, and along its chain of views the base each view reads. Redistributing any of them
+    would hand the op a copy, and the write would be lost (``ids.new_zeros(...)`` filled through
+    ``[..., 1:] = labels[..., :-1]``: T5's decoder-input shift)."""
+    out: set[tuple[fx.Node, fx.Node]] = set()
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+            continue
+        for a, arg in zip(n.args, t._schema.arguments):
+            if not (isinstance(a, fx.Node) and arg.alias_info is not None and arg.alias_info.is_write):
+                continue
+            user, base = n, a
+            while True:
+                out.add((user, base))
+                bt = base.target
+                if base.op != "call_function" or not isinstance(bt, torch._ops.OpOverload) or not bt.is_view \
+                        or not base.args or not isinstance(base.args[0], fx.Node):
+                    break
+                user, base = base, base.args[0]
+    return out
+
+
 def _storage(p: Placement) -> Placement:
     """A parameter is never stored partial: a planned ``P`` is stored replicated."""
     return R if isinstance(p, Partial) else p
@@ -678,6 +702,7 @@ class LayerExecutor(nn.Module):
         self.mesh = mesh
         self.option = option
         self._plan = {n: _parse_strategy(s) for n, s in option.placements.items()}
+        self._in_place = _written_through(self.gm)
         fqns = fqns or {}
         self._param_of: dict[str, str] = {}  # decomposed placeholder -> key in self.params
         self._inputs: list[tuple[fx.Node, str]] = []  # non-parameter placeholders, with roles
@@ -857,8 +882,8 @@ class LayerExecutor(nn.Module):
             if not isinstance(v, DTensor):
                 return v
             dst = (v.placements[0], want[a])
-            if tuple(v.placements) == dst:
-                return v
+            if tuple(v.placements) == dst or (n, a) in self._in_place:
+                return v  # (a value written in place, or a view of one, must stay that tensor)
             key = (a.name, dst)
             if key not in moved:
                 moved[key] = _to_partial(v, self.mesh) if isinstance(want[a], Partial) else \

@@ -120,3 +120,22 @@ def test_hoisted_work_is_tracked_until_waited():
     layer_exec._done(works[0])  # waited already: no error
     layer_exec.wait_in_flight()
     assert not layer_exec._IN_FLIGHT and all(w.waited for w in works[:-1])
+
+
+def test_values_written_in_place_are_never_redistributed():
+    """``y[:, 1:] = x[:, :-1]`` writes into a view of ``y``: the executor must hand the copy_ that
+    view, and the view its base, as they are (a redistributed copy would lose the write)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from galvatron_fx.runtime.layer_exec import _written_through
+
+    def shift(x):
+        y = x.new_zeros(x.shape)
+        y[:, 1:] = x[:, :-1]
+        return y * 2
+
+    gm = make_fx(shift)(torch.randn(2, 5))
+    pairs = {(u.target.__name__.split(".")[0], a.target.__name__.split(".")[0] if a.op == "call_function" else a.op)
+             for u, a in _written_through(gm)}
+    assert ("copy_", "slice") in pairs and ("slice", "new_zeros") in pairs
+    assert not any(u == "mul" for u, _ in pairs)  # readers of the result move it as planned
