@@ -120,7 +120,7 @@ class _Chunk(nn.Module):
                 if tuple(v.placements) != placements:
                     v = v.redistribute(v.device_mesh, placements)
                 v = v.to_local()
-            outs.append(v)
+            outs.append(v.contiguous())  # p2p sends take contiguous tensors (an expanded mask is not)
         return tuple(outs)
 
 
@@ -185,6 +185,45 @@ class PipelineModule(nn.Module):
             self.schedule = cls(stage, m, loss_fn=loss_fn, scale_grads=False)
         self._cross_tied = self._cross_chunk_ties()
         self.num_microbatches = m
+        self._check_chunks_run(crossing, layout)
+
+    def _check_chunks_run(self, crossing: list[list[str]], layout: dict) -> None:
+        """Run each of this rank's chunks forward and backward once on zeros, apart from the
+        schedule, and agree over the world on the outcome: a chunk that fails (an op the runtime
+        cannot run, a value it cannot send) raises the same ``PlanError`` on every rank here,
+        instead of leaving the other stages blocked in a receive until the process group's
+        timeout. The random state, gradients and in-flight work are as they were before."""
+        from galvatron_fx.runtime.layer_exec import wait_in_flight
+
+        error = None
+        rng = torch.get_rng_state()
+        try:
+            for c, chunk in zip([c for c in range(len(crossing) - 1) if c % self.plan.pp == self.stage], self.chunks):
+                ins = [self._example(n, layout).detach().zero_().requires_grad_(self._example(n, layout).requires_grad)
+                       for n in crossing[c]]
+                outs = chunk(*ins)
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                for name, o in zip(chunk.out_names, outs):
+                    if not chunk.is_last and not o.is_contiguous():
+                        raise PlanError(f"chunk {c} sends {name} non-contiguous")
+                grads = [o for o in outs if o.requires_grad]
+                if grads:
+                    torch.autograd.backward(grads, [torch.ones_like(o) for o in grads])
+                wait_in_flight()
+        except Exception as e:  # every rank must hear of it
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            torch.set_rng_state(rng)
+            for p in self.parameters():
+                p.grad = None
+        errors: list = [None] * dist.get_world_size()
+        dist.all_gather_object(errors, error)
+        failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+        if failed:
+            ranks = [r for r, _ in failed]
+            raise PlanError(f"pipeline stage(s) on rank(s) {ranks} cannot run their layers ({failed[0][1][:500]}); "
+                            "no step was run. Re-plan without pipeline stages (search={'pp': (1,)}) to train this "
+                            "model, or report the error")
 
     # ---- structure --------------------------------------------------------------------------
     def _example(self, name: str, layout: dict) -> torch.Tensor:

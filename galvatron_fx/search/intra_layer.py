@@ -452,10 +452,12 @@ def _dual(p: Placement) -> Placement:
 
 
 def _layout_for(sp: SPMode, val: torch.Tensor) -> Placement:
-    """The placement of an activation crossing a layer boundary under ``sp``."""
-    if sp == SPMode.NONE or val.ndim < 2:
+    """The placement of an activation crossing a layer boundary under ``sp``: a hidden state
+    ``(B, T, C)`` is split on the sequence; other values (a position bias ``(1, H, T, T)``)
+    cross replicated."""
+    if sp == SPMode.NONE or val.ndim != 3:
         return R
-    return Shard(1)  # (B, T, ...) split on the sequence
+    return Shard(1)
 
 
 class _Model:
@@ -725,7 +727,11 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         u, idx = value_of(a)
         if _is_activation_value(u, idx):  # the layer hands on its output in the SP layout
             want = _layout_for(sp, _val(u, idx))
-            forbidden |= {(u.name, i) for i, s in enumerate(strategies[u.name]) if s.outputs[idx] != want}
+            bad = {(u.name, i) for i, s in enumerate(strategies[u.name]) if s.outputs[idx] != want}
+            # where no strategy of the producer makes it (a view from (B*T, C)), the output
+            # leaves as made and the next layer's transition reshards it
+            if len(bad) < len(strategies[u.name]):
+                forbidden |= bad
     nodes = [ph.name for ph in dl.inputs] + [n.name for n in calls]
 
     def reshard(src, dst, nbytes, ndim):

@@ -33,16 +33,17 @@ SPECS = {
     "tp2-selective": (1, 2, "none", "selective", "ddp"),
     "zero2": (2, 1, "none", "none", "zero2"),
     "zero3": (2, 1, "none", "none", "zero3"),
+    # two stages of one rank each, two micro-batches (1F1B needs as many as stages)
+    "pp2-gpipe": (1, 1, "none", "none", "ddp"),
+    "pp2-1f1b": (1, 1, "none", "none", "ddp"),
 }
-# Not yet: Megatron sequence parallelism for blocks whose output is made by an op that cannot
-# produce a sequence-sharded layout (OPT's block ends in a view from (B*T, C); T5's blocks return
-# their position bias too): the placement ILP forbids those outputs instead of paying a reshard.
-SKIP = {("opt", "tp2-sp"), ("t5", "tp2-sp")}
+SKIP: set[tuple[str, str]] = set()
 CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS if (f, s) not in SKIP]}
 
 
-def _train(model, run_step, batches) -> dict:
-    """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` with AdamW."""
+def _train(model, run_step, batches, *, micro: int = 1) -> dict:
+    """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` with AdamW
+    (``micro`` micro-batches per step, their losses averaged)."""
     import torch
 
     ref = copy.deepcopy(model)
@@ -52,11 +53,14 @@ def _train(model, run_step, batches) -> dict:
         t0 = time.perf_counter()
         got = run_step(b)
         res["step_s"].append(time.perf_counter() - t0)
-        want = ref(**b).loss
-        want.backward()
+        want = 0.0
+        for i in range(micro):
+            loss = ref(**{k: v.chunk(micro)[i] for k, v in b.items()}).loss
+            (loss / micro).backward()
+            want += loss.item() / micro
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
-        res["loss_rel"].append(abs(got - want.item()) / abs(want.item()))
+        res["loss_rel"].append(abs(got - want) / abs(want))
     res["ref_sd"] = ref.state_dict()
     return res
 
@@ -81,15 +85,25 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     import galvatron_fx as gfx
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
-    if family not in cache:
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    pp = 2 if spec.startswith("pp2") else 1
+    key = (family, pp)
+    if key not in cache:  # a pipelined plan runs two micro-batches of 2 samples
         model, batch = hf_tiny.build(family)
-        cache[family] = (model, gfx.capture(model, (), example_kwargs=batch))
-    model, mg = cache[family]
+        cache[key] = (model, gfx.capture(model, (), example_kwargs={k: v[:4 // (2 if pp > 1 else 1)]
+                                                                     for k, v in batch.items()}))
+    model, mg = cache[key]
     dp, tp, sp, rc, dpt = SPECS[spec]
-    plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=1, name=f"{family}-{spec}")
-    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    if pp > 1:
+        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=2, name=f"{family}-{spec}", pp=2,
+                         boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
+        pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    else:
+        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=1, name=f"{family}-{spec}")
+        pm = ParallelModule(copy.deepcopy(model), mg, plan)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
-    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4))
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=plan.num_microbatches)
     return _param_errors(res, pm.state_dict())
 
 
@@ -103,24 +117,9 @@ def _compile_case(family: str, world: int) -> dict:
     pm = gfx.compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), batch, global_batch_size=8,
                      search={"pp": (1,), "num_microbatches": (2,)})
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
-    ref = copy.deepcopy(model)
-
-    res = {"plan": [f"dp{lp.dp} tp{lp.strategy.tp} {lp.strategy.dp_type} {lp.strategy.recompute}"
-                    for lp in pm.plan.layers]}
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    res["loss_rel"] = []
-    for b in _batches(family, 8):
-        got = pm.train_step(b, opt)
-        want = 0.0
-        for half in (0, 1):
-            loss = ref(**{k: v.chunk(2)[half] for k, v in b.items()}).loss
-            (loss / 2).backward()
-            want += loss.item() / 2
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
-        res["loss_rel"].append(abs(got - want) / abs(want))
-    res["ref_sd"] = ref.state_dict()
-    res["step_s"] = [0.0]
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 8), micro=2)
+    res["plan"] = [f"dp{lp.dp} tp{lp.strategy.tp} {lp.strategy.dp_type} {lp.strategy.recompute}"
+                   for lp in pm.plan.layers]
     return _param_errors(res, pm.state_dict())
 
 
@@ -156,6 +155,38 @@ def _loss_fn_case(family: str, world: int) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _stage_failure_case(world: int) -> dict:
+    """A pipeline stage that cannot run its layers (planted on the last rank) is a ``PlanError``
+    on every rank when the module is built: no rank is left waiting in a receive."""
+    import torch.distributed as dist
+
+    import galvatron_fx as gfx
+    from galvatron_fx.runtime import pipeline
+
+    model, batch = hf_tiny.build("bert")
+    mg = gfx.capture(model, (), example_kwargs={k: v[:2] for k, v in batch.items()})
+    plan = make_plan(mg, world, (world // 2, 1, "none", "none"), gbs=4, m=2, pp=2,
+                     boundaries=(0, len(mg.layers) // 2), schedule="1f1b")
+    forward = pipeline._Chunk.forward
+
+    def failing(self, *xs):
+        if dist.get_rank() == world - 1:
+            raise RuntimeError("planted failure")
+        return forward(self, *xs)
+
+    pipeline._Chunk.forward = failing
+    t0 = time.perf_counter()
+    try:
+        pipeline.PipelineModule(copy.deepcopy(model), mg, plan)
+        outcome = "no error"
+    except gfx.PlanError as e:
+        outcome = f"PlanError: {e}"
+    finally:
+        pipeline._Chunk.forward = forward
+    dist.barrier()  # the group still works
+    return {"outcome": outcome, "seconds": time.perf_counter() - t0}
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     import torch
@@ -165,6 +196,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
     jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("gpt2", "llama", "vit")]
     jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
+    jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
     run_jobs(rank, tmp, jobs, only_env="GFX_HF_CASES")
 
 
@@ -196,3 +228,11 @@ def test_hf_loss_fn_on_logits_trains_like_one_process(results2, family):
     res = assert_ok(results2, f"{family}/loss_fn")
     _check(res)
     assert any("tp2" in p for p in res["plan"]), res["plan"]  # the tp cap is a real tensor-parallel plan
+
+
+def test_a_failing_pipeline_stage_is_an_error_on_every_rank(results2):
+    for rank in (0, 1):
+        res = results2[rank]["stage_failure"]
+        assert "error" not in res, res
+        assert res["outcome"].startswith("PlanError") and "rank(s) [1]" in res["outcome"], res
+        assert "planted failure" in res["outcome"] and res["seconds"] < 60, res
