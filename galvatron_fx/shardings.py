@@ -3,7 +3,8 @@
 Registered through DTensor's own API when this module is imported, so that the placement
 solver (which reads DTensor's strategy tables) and the runtime (which dispatches DTensors) see
 one set. The CPU flash-attention kernels' rules, which need the runtime's mesh conventions, live
-with the executor (``runtime.layer_exec.register_cpu_flash_attention_rules``).
+with the executor (``runtime.layer_exec.register_cpu_flash_attention_rules``); those of
+attention with a trained bias with its op (``galvatron_fx.attention``, imported here).
 
 - ``aten.lift_fresh_copy``: the copy export makes of a tensor constant built in a forward
   (``torch.tensor([...])`` in T5's relative-position buckets); its output follows its input,
@@ -21,6 +22,8 @@ from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
 from torch.distributed.tensor._ops._tensor_ops import propagate_single_input_strategy
 from torch.distributed.tensor._ops.utils import generate_redistribute_costs, register_op_strategy
 from torch.distributed.tensor.placement_types import Partial, Replicate
+
+from galvatron_fx import attention  # noqa: F401 (its ops and their rules)
 
 aten = torch.ops.aten
 

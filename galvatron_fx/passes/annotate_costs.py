@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from galvatron_fx.attention import sdpa_or_biased
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
 from galvatron_fx.ir.meta import NodeFacts, copy_costs, cost_field_names, facts, tensor_bytes
 from galvatron_fx.passes.runner import PassContext, graph_pass
@@ -169,6 +170,8 @@ def _getattr(gm: fx.GraphModule, target: str):
 
 def _call(n: fx.Node, args, kwargs):
     if n.op == "call_function":
+        if n.target is aten.scaled_dot_product_attention.default:  # a trained bias: one op (attention.py)
+            return sdpa_or_biased(*args, **kwargs)
         return n.target(*args, **kwargs)
     if n.op == "call_method":
         self_, *rest = args

@@ -58,7 +58,10 @@ class SearchSpace:
     """Which strategies the search may use; every dimension can be capped or switched off.
 
     ``None`` means "all that fit": tp = divisors of the stage's devices up to one node, pp =
-    divisors of the world up to the number of blocks, micro-batch counts searched.
+    divisors of the world up to the number of blocks, micro-batch counts searched. A layer at
+    tp > 1 always splits something over its tp group when it can (weights, activations, or the
+    sequence under Ulysses): ``tp=(2,)`` asks for real tensor parallelism, never a layer with
+    weights repeated whole on both ranks.
     """
 
     tp: tuple[int, ...] | None = None
@@ -156,15 +159,19 @@ class OptionCache:
                 if sp != SPMode.NONE and not any(r == "activation" for r in dl.input_roles):
                     raise PlanError("no hidden-state input to shard on the sequence")
                 fast = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl)
-                opts.append(fast)
                 self.solves += 1
                 self.solve_s += fast.solve_s
+                # a tp > 1 option shards something: one that keeps the whole layer on every tp rank
+                # is the tp = 1 layer with its compute repeated, and "tp" would name no tensor
+                # parallelism at all (the memory-lean option below is offered instead)
+                if fast.param_fraction < 0.99 or fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99:
+                    opts.append(fast)
                 if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
                     lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,
                                              shard_params=True)
                     self.solves += 1
                     self.solve_s += lean.solve_s
-                    if lean.param_fraction < fast.param_fraction - 0.01:
+                    if lean.param_fraction < fast.param_fraction - 0.01 or not opts:
                         opts.append(lean)
             except Exception as e:  # an op without sharding rules: this layer stays unsharded
                 log.info("layer %s cannot use tp=%d sp=%s: %s", layer.name, tp, sp, e)

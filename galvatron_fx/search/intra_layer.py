@@ -269,6 +269,7 @@ def _sdpa_cpu_strategies(node: fx.Node, tp: int) -> list[NodeStrategy]:
 
 _OVERRIDES = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu_strategies,
+    torch.ops.galvatron_fx.biased_attention.default: _sdpa_cpu_strategies,  # the same layout rule
 }
 _IGNORED = {aten._assert_tensor_metadata.default}
 

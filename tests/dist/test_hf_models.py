@@ -37,8 +37,17 @@ SPECS = {
     "pp2-gpipe": (1, 1, "none", "none", "ddp"),
     "pp2-1f1b": (1, 1, "none", "none", "ddp"),
 }
-SKIP: set[tuple[str, str]] = set()
-CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS if (f, s) not in SKIP]}
+# world 4 (slow): 2-D meshes and a mixed plan whose layers use different meshes and strategies
+SPECS4 = {
+    "dp2tp2": (2, 2, "none", "none", "ddp"),
+    "dp2tp2-sp-zero3": (2, 2, "megatron", "none", "zero3"),
+    "tp4": (1, 4, "none", "none", "ddp"),  # above the 2 key/value heads of Llama's and Qwen2's GQA
+    "mixed": [(4, 1, "none", "none", "ddp"), (2, 2, "none", "none", "zero3"), (1, 4, "megatron", "none", "ddp"),
+              (2, 2, "none", "full", "zero2"), (4, 1, "none", "selective", "ddp")],  # cycled over the layers
+}
+CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
+         4: [(f, "dp2tp2") for f in hf_tiny.FAMILIES] + [(f, "dp2tp2-sp-zero3") for f in ("llama", "t5", "vit")]
+         + [(f, "mixed") for f in ("gpt2", "bert", "opt")] + [(f, "tp4") for f in ("llama", "qwen2")]}
 
 
 def _train(model, run_step, batches, *, micro: int = 1) -> dict:
@@ -94,7 +103,16 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
         cache[key] = (model, gfx.capture(model, (), example_kwargs={k: v[:4 // (2 if pp > 1 else 1)]
                                                                      for k, v in batch.items()}))
     model, mg = cache[key]
-    dp, tp, sp, rc, dpt = SPECS[spec]
+    spec_of = SPECS if world == 2 else SPECS4
+    if spec == "mixed":
+        cycle = SPECS4["mixed"]
+        layers = [cycle[i % len(cycle)] for i in range(len(mg.layers))]
+        plan = make_plan(mg, world, layers, gbs=4, m=1, name=f"{family}-{spec}")
+        pm = ParallelModule(copy.deepcopy(model), mg, plan)
+        opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+        res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4))
+        return _param_errors(res, pm.state_dict())
+    dp, tp, sp, rc, dpt = spec_of[spec]
     if pp > 1:
         plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=2, name=f"{family}-{spec}", pp=2,
                          boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
@@ -194,9 +212,12 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     torch.manual_seed(0)
     cache: dict = {}
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
-    jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("gpt2", "llama", "vit")]
-    jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
-    jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
+    if world == 2:
+        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("gpt2", "llama", "vit")]
+        jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
+        jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
+    else:
+        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("llama", "t5")]
     run_jobs(rank, tmp, jobs, only_env="GFX_HF_CASES")
 
 
@@ -204,6 +225,12 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
 def results2(tmp_path_factory):
     pytest.importorskip("transformers")
     return spawn(_worker, 2, tmp_path_factory.mktemp("hf2"))
+
+
+@pytest.fixture(scope="module")
+def results4(tmp_path_factory):
+    pytest.importorskip("transformers")
+    return spawn(_worker, 4, tmp_path_factory.mktemp("hf4"))
 
 
 def _check(res: dict) -> None:
@@ -236,3 +263,15 @@ def test_a_failing_pipeline_stage_is_an_error_on_every_rank(results2):
         assert "error" not in res, res
         assert res["outcome"].startswith("PlanError") and "rank(s) [1]" in res["outcome"], res
         assert "planted failure" in res["outcome"] and res["seconds"] < 60, res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,spec", CASES[4])
+def test_hf_family_trains_like_one_process_at_world_4(results4, family, spec):
+    _check(assert_ok(results4, f"{family}/{spec}"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_hf_compiled_plan_trains_like_one_process_at_world_4(results4, family):
+    _check(assert_ok(results4, f"{family}/compiled"))

@@ -231,3 +231,18 @@ def test_a_tied_weight_stored_alike_is_counted_once(gpt2, rtx):
     for specs in [((8, 1, DPType.DDP), (8, 1, DPType.ZERO3)),  # FSDP and not: two copies
                   ((8, 1, DPType.DDP), (4, 2, DPType.DDP))]:   # the head at tp 2 keeps its own
         assert all(x == (0, 0) for x in delta(stage(*specs)))
+
+
+def test_a_tp_cap_means_real_tensor_parallelism():
+    """On a model small enough that replicating every weight would be fastest, ``tp=(2,)`` still
+    gives tp-2 layers that shard their weights: no layer repeated whole on both ranks."""
+    model, inputs = zoo.build("gpt-tiny", batch_size=4, seq_len=16)
+    mg = gfx.capture(model, inputs)
+    plan = gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=4, search={"tp": (2,), "pp": (1,)},
+                    baselines=False)
+    with_weights = {l.name for l in mg.layers if any(not mg.params[p].is_buffer for p in l.param_names)}
+    tp2 = [lp for lp in plan.layers if lp.strategy.tp == 2 and lp.name in with_weights]
+    assert tp2, [str(lp.strategy) for lp in plan.layers]
+    for lp in tp2:
+        params = [p for n, p in lp.placements.items() if p.startswith("->")]
+        assert any("S(" in p for p in params) or lp.strategy.sp == "ulysses", (lp.name, params)
