@@ -69,6 +69,7 @@ import logging
 import os
 import re
 import weakref
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,16 @@ if TYPE_CHECKING:
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
+
+
+def ignore_hf_logging() -> None:
+    """Let Dynamo trace through Hugging Face's ``logger.warning_once`` (an ``lru_cache``d
+    function it cannot trace: a graph break in every causal LM's loss) by ignoring it, as it
+    ignores the standard logging calls. Done at import when ``transformers`` is loaded already;
+    call it after importing ``transformers`` otherwise."""
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None and hasattr(hf_logging, "warning_once"):
+        torch._dynamo.config.ignore_logging_functions.add(hf_logging.warning_once)
 
 __all__ = ["BACKEND_NAME", "BackendOptions", "GraphSignature", "check_whole_graph", "galvatron_fx_backend",
            "parallel_modules", "source_path", "to_shell"]
@@ -382,6 +393,10 @@ def check_whole_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], sig: Gr
     where = f" at {stack[-1].filename}:{stack[-1].lineno}" if stack else ""
     fix = ("remove the graph break (torch.compile(..., fullgraph=True) stops at it and says why; "
            f"torch._dynamo.explain(model)(*inputs) lists them), or {_USE_COMPILE}")
+    if any("transformers" in f.filename for f in stack):
+        fix = ("for a Hugging Face model, import transformers before galvatron_fx (or call "
+               "galvatron_fx.backend.ignore_hf_logging() after importing it), so that Dynamo traces through "
+               "transformers' logger.warning_once; else " + fix)
     if reason is not None and getattr(reason, "graph_break", False):
         first = str(getattr(reason, "reason", "")).strip().splitlines()
         raise CaptureError(f"the model's graph is split by a graph break{where} ({first[0] if first else 'unknown'}): "
@@ -406,13 +421,14 @@ def check_whole_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], sig: Gr
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outs = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
     vals = [o.meta.get("example_value") if isinstance(o, fx.Node) else o for o in outs]
-    if len(vals) != 1 or not isinstance(vals[0], torch.Tensor) or vals[0].ndim != 0 or \
-            not vals[0].dtype.is_floating_point:
+    if not vals or not isinstance(vals[0], torch.Tensor) or vals[0].ndim != 0 or \
+            not vals[0].dtype.is_floating_point or not all(isinstance(v, torch.Tensor) for v in vals):
         got = ", ".join(f"a tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
                         for v in vals)
         raise CaptureError(f"the compiled graph returns ({got}); under torchrun the {BACKEND_NAME} backend needs "
-                           "a model whose forward returns only its scalar loss: wrap model and loss function in one "
-                           "nn.Module whose forward returns the loss, and compile that")
+                           "a model whose forward returns its scalar loss first (a Hugging Face model given labels, "
+                           "or a tuple (loss, ...)): wrap model and loss function in one nn.Module whose forward "
+                           "returns the loss, and compile that")
 
 
 # ---- the parameter read ----------------------------------------------------------------------
@@ -578,7 +594,10 @@ class _Parallel:
             self._current[fqn] = args[i]
         for i, fqn in self._buffers:  # buffers are read whole, in their current value
             self.pm._buffers_full[fqn] = args[i]
-        return (self.pm(*(args[i] for i in self.sig.inputs)),)
+        inputs = [args[i] for i in self.sig.inputs]
+        if not self.pm.mg.extra_output_names:
+            return (self.pm(*inputs),)
+        return self.pm.forward_all(*inputs)  # the loss, and the other outputs gathered whole
 
     def _build(self, args) -> None:
         from galvatron_fx.capture import capture
@@ -681,6 +700,7 @@ def register() -> None:
     except AssertionError as e:  # registered already (a re-import)
         if "duplicate" not in str(e):
             raise
+    ignore_hf_logging()
 
 
 register()

@@ -7,7 +7,8 @@ default) costs from ``annotate_costs_pass``.
 
 Loss: ``model(*example_inputs, **example_kwargs)`` should return the scalar loss, or a structure
 that holds it: a Hugging Face ``ModelOutput`` or dict with a ``loss`` entry (labels passed in), or
-a tuple or list whose first element is the loss; the graph then returns the loss alone. If the
+a tuple or list whose first element is the loss (``ModelGraph.output_names``; the other outputs
+are ``extra_output_names``). If the
 model returns no loss (logits only), pass ``loss_fn(output, target)``: the last example input is
 then the target and the model is called with the others.
 
@@ -95,7 +96,7 @@ def capture(
     gm = ep.graph_module
     sig = ep.graph_signature
     _refuse_buffer_mutations(gm, sig, type(model).__name__)
-    outputs = _select_loss(gm, ep, type(model).__name__, loss_fn is not None)
+    outputs, extra_outputs = _select_loss(gm, ep, type(model).__name__, loss_fn is not None)
     inputs = _user_inputs(gm, sig, args, kwargs)
     strip = (lambda s: s[len(prefix):] if prefix and s.startswith(prefix) else s)
     params: dict[str, ParamInfo] = {}
@@ -135,6 +136,7 @@ def capture(
         params=params,
         input_names=[i.name for i in tensor_inputs],
         output_names=outputs,
+        extra_output_names=extra_outputs,
         name=name or type(model).__name__,
         example_shapes=[tuple(int(d) for d in by_node[i.name].meta["val"].shape) for i in tensor_inputs],
         example_dtypes=[dtype_name(by_node[i.name].meta["val"].dtype) for i in tensor_inputs],
@@ -223,11 +225,12 @@ def _refuse_buffer_mutations(gm, sig, model_name: str) -> None:
             "LayerNorm or GroupNorm, or capture the model in eval() mode to plan it only")
 
 
-def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> list[str]:
-    """Make the graph return the loss alone; returns the output node names (the loss's).
+def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> tuple[list[str], list[str]]:
+    """The loss among the graph's outputs: ``([loss node], [the other tensor outputs' nodes])``.
 
     The loss is the output itself when it is a tensor, its ``loss`` entry for a ``ModelOutput``
-    or dict, or its first element for a tuple or list; it must be a 0-dim floating tensor."""
+    or dict, or its first element for a tuple or list; it must be a 0-dim floating tensor. The
+    graph keeps returning every output (the ``torch.compile`` backend hands the others back)."""
     from torch.utils._pytree import tree_unflatten
 
     sig = ep.graph_signature
@@ -253,11 +256,8 @@ def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> list[str]:
                 "pass labels so that the model computes its loss, or pass loss_fn(output, target) with the "
                 "target as the last example input")
         raise UnsupportedModelError(f"{model_name} returns a {what}: galvatron_fx trains on a scalar loss; {hint}")
-    if len(user) > 1:
-        out_node.args = (tuple(flat[:first_user]) + (loss,),)
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return [str(user[index])]
+    others = [o.name for o in flat[first_user:] if isinstance(o, torch.fx.Node) and o is not loss]
+    return [loss.name], list(dict.fromkeys(others))
 
 
 def _canonical_names(root: nn.Module) -> dict[str, str]:
@@ -288,7 +288,7 @@ def _dynamic_shapes(args: tuple, kwargs: dict):
         if not isinstance(x, torch.Tensor) or x.ndim == 0:
             return None
         d = {0: batch}
-        if x.ndim >= 2:
+        if x.ndim in (2, 3):  # (B, T) ids, (B, T, C) embeddings; not (B, C, H, W) images
             d[1] = seq
         return d
 
@@ -298,7 +298,21 @@ def _dynamic_shapes(args: tuple, kwargs: dict):
 
 def _export(root: nn.Module, args: tuple, kwargs: dict, dynamic_shapes):
     try:
-        return torch.export.export(root, args, kwargs or None, strict=False, dynamic_shapes=dynamic_shapes)
+        try:
+            return torch.export.export(root, args, kwargs or None, strict=False, dynamic_shapes=dynamic_shapes)
+        except Exception as e:
+            if dynamic_shapes is None or "Suggested fixes" not in str(e):
+                raise
+            # the model bounds or fixes a dim (a rotary table of 256 positions bounds the sequence):
+            # take torch's suggested bounds once and say so
+            from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+            fixes = [f.strip() for f in str(e)[str(e).index("Suggested fixes"):].splitlines()[1:] if " = " in f]
+            log.warning("capture(dynamic=True): %s constrains its dims; capturing with %s", type(root).__name__,
+                        "; ".join(fixes)[:300])
+            refined = refine_dynamic_shapes_from_suggested_fixes("Suggested fixes:\n" + "\n".join(fixes),
+                                                                 dynamic_shapes)
+            return torch.export.export(root, args, kwargs or None, strict=False, dynamic_shapes=refined)
     except Exception as e:  # turn tracer failures into advice naming the module
         module = _failing_module(root, e)
         where = f" in module {module[0]!r} ({module[1]})" if module else ""

@@ -12,6 +12,7 @@ inside), ViT (patches, image classification), GPT-NeoX (fused QKV, parallel resi
 from __future__ import annotations
 
 import torch
+import transformers  # noqa: F401 (before galvatron_fx: its backend then ignores HF's warning_once)
 
 FAMILIES = ("gpt2", "llama", "bert", "t5", "vit", "qwen2", "gptneox", "phi", "opt")
 VOCAB = 128

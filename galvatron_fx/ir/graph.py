@@ -140,7 +140,7 @@ class ModelGraph:
     gm: fx.GraphModule
     params: dict[str, ParamInfo]
     input_names: list[str]  # user-input placeholders, in call order
-    output_names: list[str]
+    output_names: list[str]  # the loss
     layers: list[LayerInfo] = field(default_factory=list)
     name: str = "model"
     example_shapes: list[tuple[int, ...]] = field(default_factory=list)
@@ -148,6 +148,7 @@ class ModelGraph:
     exported: object | None = None  # the torch.export.ExportedProgram, when captured by export
     inputs: list[InputInfo] = field(default_factory=list)  # every user argument, tensors or not
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted tensor constants by FQN
+    extra_output_names: list[str] = field(default_factory=list)  # outputs besides the loss (logits)
 
     # ---- inputs -------------------------------------------------------------------------------
     def bind_inputs(self, args=(), kwargs=None) -> list[torch.Tensor]:

@@ -184,8 +184,9 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                    failures: list[str]) -> tuple[dict[str, NodeFacts], set[str]]:
     """Run one layer forward (and each node's backward) on fake tensors.
 
-    Returns per-node costs and the names of the ``shared`` inputs (values read by several
-    layers) that the layer saves for backward: those are charged once, to their producer.
+    Returns per-node costs, the names of the ``shared`` inputs (values read by several layers,
+    or saved by their producer too) that the layer saves for backward: those are charged once,
+    to their producer; and the layer's outputs that it saves itself.
     """
     nodes = [by_name[x] for x in layer.node_names]
     inside = set(nodes)
@@ -254,7 +255,9 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
             except Exception as e:
                 failures.append(f"layer {layer.name} under recomputation: {type(e).__name__}: {e}")
                 variants = {}
-    return costs, saved_shared, variants
+        saved_outputs = {o for o in layer.output_names
+                         if isinstance(env.get(by_name[o]), torch.Tensor) and _storage_key(env[by_name[o]]) in seen}
+    return costs, saved_shared, variants, saved_outputs
 
 
 @dataclass
@@ -432,15 +435,19 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
     failures: list[str] = []
     shared = _shared_values(mg, by_name)
     shared_saved: set[str] = set()
+    held: set[str] = set()  # layer outputs their producer saves itself: no reader holds them again
     variants: dict[str, dict[str, _Variant]] = {}
     for kind, layers in mg.kinds().items():
         first = layers[0]
-        costs, saved, kind_variants = _measure_layer(first, gm, by_name, rg, param_nodes, shared, failures)
+        costs, saved, kind_variants, own = _measure_layer(first, gm, by_name, rg, param_nodes, shared | held,
+                                                          failures)
         variants.update({layer.name: kind_variants for layer in layers})
-        # the same inputs, by position, of every layer of this kind
+        # the same inputs and outputs, by position, of every layer of this kind
         pos = [first.input_names.index(x) for x in saved]
+        out_pos = [first.output_names.index(x) for x in own]
         for layer in layers:
             shared_saved.update(layer.input_names[i] for i in pos)
+            held.update(layer.output_names[i] for i in out_pos)
         for name, c in costs.items():
             f = facts(by_name[name])
             for k in cost_field_names():
@@ -453,7 +460,7 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
                     len(failures), failures[0])
     # a shared value that some reader saves is held once, by the layer that produced it
     # (unless it is a view of a parameter, buffer or input: then it holds no memory of its own)
-    for x in sorted(shared_saved):
+    for x in sorted(shared_saved - held):
         producer = by_name[x]
         if facts(producer).layer is not None and not _views_a_placeholder(producer):
             facts(producer).saved_bytes += int(_concrete_bytes(tensor_bytes(producer.meta.get("val"))))

@@ -485,6 +485,18 @@ class ParallelModule(nn.Module):
         loss = self._loss(inputs)
         return loss.full_tensor() if isinstance(loss, DTensor) else loss
 
+    def forward_all(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The loss of one micro-batch (as :meth:`forward`) and the model's other outputs
+        (``ModelGraph.extra_output_names``: a Hugging Face model's logits), each gathered whole on
+        every rank, differentiably (the ``torch.compile`` backend hands them back to the user's
+        code)."""
+        inputs = self.mg.bind_inputs(inputs)
+        self._check_inputs(inputs)
+        wait_in_flight()
+        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
+        values = self.run_layers(dict(zip(self.mg.input_names, inputs)), names)
+        return tuple(v.full_tensor() if isinstance(v, DTensor) else v for v in values)
+
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]
         got = [tuple(x.shape) for x in inputs]

@@ -50,6 +50,9 @@ CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
          + [(f, "mixed") for f in ("gpt2", "bert", "opt")] + [(f, "tp4") for f in ("llama", "qwen2")]}
 
 
+BACKEND_FAMILIES = ("gpt2", "llama", "t5", "vit")
+
+
 def _train(model, run_step, batches, *, micro: int = 1) -> dict:
     """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` with AdamW
     (``micro`` micro-batches per step, their losses averaged)."""
@@ -173,6 +176,37 @@ def _loss_fn_case(family: str, world: int) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _backend_case(family: str, world: int) -> dict:
+    """``torch.compile(model, backend="galvatron_fx")`` in the user's own loop (``out =
+    cmodel(**batch); out.loss.backward(); opt.step()``): the loss, and the logits handed back
+    whole on every rank, as the model in one process."""
+    import torch
+
+    import galvatron_fx as gfx
+
+    torch._dynamo.reset()
+    model, _ = hf_tiny.build(family)
+    mine = copy.deepcopy(model)
+    cmodel = torch.compile(mine, backend="galvatron_fx", options={"cluster": gfx.Cluster.local_cpu(world)})
+    opt = torch.optim.AdamW(mine.parameters(), lr=1e-3)
+    logits_err = []
+
+    def step(b):
+        out = cmodel(**b)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            want = model(**b).logits if not logits_err else None
+        if want is not None:
+            logits_err.append((out.logits - want).abs().max().item())
+        return out.loss.item()
+
+    res = _train(model, step, _batches(family, 4))
+    res["logits_err"] = logits_err[0]
+    return _param_errors(res, mine.state_dict())
+
+
 def _stage_failure_case(world: int) -> dict:
     """A pipeline stage that cannot run its layers (planted on the last rank) is a ``PlanError``
     on every rank when the module is built: no rank is left waiting in a receive."""
@@ -216,6 +250,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("gpt2", "llama", "vit")]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
+        jobs += [(f"{f}/backend", (lambda f=f: _backend_case(f, world))) for f in BACKEND_FAMILIES]
     else:
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("llama", "t5")]
     run_jobs(rank, tmp, jobs, only_env="GFX_HF_CASES")
@@ -275,3 +310,10 @@ def test_hf_family_trains_like_one_process_at_world_4(results4, family, spec):
 @pytest.mark.parametrize("family", ["llama", "t5"])
 def test_hf_compiled_plan_trains_like_one_process_at_world_4(results4, family):
     _check(assert_ok(results4, f"{family}/compiled"))
+
+
+@pytest.mark.parametrize("family", BACKEND_FAMILIES)
+def test_hf_model_under_torch_compile_backend_trains_like_one_process(results2, family):
+    res = assert_ok(results2, f"{family}/backend")
+    _check(res)
+    assert res["logits_err"] < 1e-5, res

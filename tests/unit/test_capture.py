@@ -160,6 +160,31 @@ def test_dynamic_batch_and_sequence():
     assert dyn.total_costs().fwd_flops == static.total_costs().fwd_flops
 
 
+@pytest.mark.parametrize("name", [n if n.endswith("tiny") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in zoo.names()])
+def test_dynamic_capture_of_every_zoo_model(name, caplog):
+    """Symbolic batch for every zoo model (published sizes on the meta device); a sequence the
+    model bounds (a rotary table) takes torch's suggested bound, and the capture says so."""
+    tiny = name.endswith("tiny")
+    model, inputs = zoo.build(name, batch_size=2, seq_len=16, **({} if tiny else {"device": "meta"}))
+    mg = gfx.capture(model, inputs, dynamic=True, annotate=tiny)
+    first = next(n for n in mg.gm.graph.nodes if n.op == "placeholder" and n.name == mg.input_names[0])
+    assert isinstance(first.meta["val"].shape[0], torch.SymInt)
+    if name == "llama-tiny":
+        assert "constrains its dims" in caplog.text and "max=256" in caplog.text
+
+
+def test_dynamic_capture_of_hugging_face_models():
+    hf_tiny = pytest.importorskip("hf_tiny")
+    pytest.importorskip("transformers")
+    for family in ("gpt2", "llama", "vit"):
+        model, batch = hf_tiny.build(family)
+        mg = gfx.capture(model, (), example_kwargs=batch, dynamic=True)
+        first = next(n for n in mg.gm.graph.nodes if n.op == "placeholder" and n.name == mg.input_names[0])
+        assert isinstance(first.meta["val"].shape[0], torch.SymInt), family
+        assert len(mg.blocks()) == 2
+
+
 # ---- errors and contracts --------------------------------------------------------------------
 
 class _Gate(nn.Module):
