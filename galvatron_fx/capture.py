@@ -157,6 +157,27 @@ def capture(
     return mg
 
 
+def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
+    """Record in ``mg.batched`` the values whose dim 0 is the batch, from ``probe``: the same
+    model captured at twice the batch. A value (a node of both graphs, by name and op) is batched
+    when only its dim 0 differs, by the batch's factor. Values derived from the inputs without
+    reading them (an attention mask or positions built from ``arange`` and the batch size) are
+    found as well as those computed from the inputs. Returns the set."""
+    b, b2 = mg.example_shapes[0][0], probe.example_shapes[0][0]
+    other = probe.nodes_by_name()
+    out: set[str] = set()
+    for n in mg.gm.graph.nodes:
+        m = other.get(n.name)
+        v, w = n.meta.get("val"), m.meta.get("val") if m is not None else None
+        if m is None or m.target != n.target or not isinstance(v, torch.Tensor) or not isinstance(w, torch.Tensor):
+            continue
+        if v.ndim >= 1 and v.ndim == w.ndim and tuple(v.shape[1:]) == tuple(w.shape[1:]) \
+                and int(w.shape[0]) * b == int(v.shape[0]) * b2 and v.shape[0] != w.shape[0]:
+            out.add(n.name)
+    mg.batched = out
+    return out
+
+
 def _unalias(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The example inputs with every repeat of one tensor (``labels=input_ids``) cloned, so that
     export gives each its own input: at run time they are different tensors."""

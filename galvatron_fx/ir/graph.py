@@ -149,6 +149,8 @@ class ModelGraph:
     inputs: list[InputInfo] = field(default_factory=list)  # every user argument, tensors or not
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted tensor constants by FQN
     extra_output_names: list[str] = field(default_factory=list)  # outputs besides the loss (logits)
+    # values whose dim 0 is the batch (see galvatron_fx.capture.mark_batched); empty: unknown
+    batched: set[str] = field(default_factory=set)
 
     # ---- inputs -------------------------------------------------------------------------------
     def bind_inputs(self, args=(), kwargs=None) -> list[torch.Tensor]:

@@ -86,6 +86,23 @@ def plan_on_rank0(search: Callable[[], ParallelPlan]) -> ParallelPlan:
     return ParallelPlan.from_json(payload[0][1], source="the plan broadcast by rank 0")
 
 
+def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batch: int) -> None:
+    """``mg.batched`` from a probe capture at ``batch`` samples (:func:`~galvatron_fx.capture.mark_batched`):
+    values built whole from factories with a batch dim (masks, positions) are then split on dp
+    where a layer reads them, not held whole by every rank. A model that cannot be captured at
+    that batch keeps every such value whole (correct, more memory), with a log line."""
+    from galvatron_fx.capture import capture, mark_batched
+
+    resize = lambda x: _resize(x, batch) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    try:
+        probe = capture(model, tuple(resize(x) for x in args), loss_fn,
+                        example_kwargs={k: resize(v) for k, v in kwargs.items()}, annotate=False)
+    except Exception as e:  # an optimisation: the runtime is correct without it
+        log.info("no batch probe (%s: %s): values made whole from factories stay whole", type(e).__name__, e)
+        return
+    mark_batched(mg, probe)
+
+
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
@@ -129,8 +146,10 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
                     global_batch_size)
     micro = plan.global_batch_size // plan.num_microbatches
     resize = lambda x: _resize(x, micro) if isinstance(x, torch.Tensor) else x  # noqa: E731
-    mg = gfx.capture(_runtime_model(model, plan.precision), tuple(resize(x) for x in example_inputs), loss_fn,
+    runtime_model = _runtime_model(model, plan.precision)
+    mg = gfx.capture(runtime_model, tuple(resize(x) for x in example_inputs), loss_fn,
                      example_kwargs={k: resize(v) for k, v in example_kwargs.items()})
+    _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule
 

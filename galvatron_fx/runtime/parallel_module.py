@@ -436,7 +436,9 @@ class ParallelModule(nn.Module):
     def _layout_input(self, ex: LayerExecutor, i: int, name: str, tp_p: Placement, env: dict,
                       batched: set[str]) -> DTensor | torch.Tensor:
         """Layer input ``name`` (the executor's input ``i``) laid out for ``ex``: a value of an
-        earlier layer keeps its dp placement and takes the planned tp one (a transition); a full
+        earlier layer keeps its dp placement (a replicated one with a batch dim, such as a mask
+        made from factories, is split on dp: a local slice) and takes the planned tp one (a
+        transition); a full
         tensor (user input, buffer) is distributed, batch-sharded on dp when it is a batched user
         input. A :class:`LocalValue` already in the layout ``ex``'s lowered graph was traced for
         is passed as its local tensor."""
@@ -450,6 +452,9 @@ class ParallelModule(nn.Module):
                 v = env[name] = v.dtensor()
             if isinstance(v, DTensor):
                 dp_p = R if isinstance(v.placements[0], Partial) else v.placements[0]
+                if isinstance(dp_p, Replicate) and name in self.mg.batched and mesh.size(0) > 1 \
+                        and v.shape[0] % mesh.size(0) == 0:
+                    dp_p = Shard(0)  # made whole from factories (a mask, positions): each rank its rows
                 return reshard(v, mesh, (dp_p, tp_p))
             full = v
         elif name in self._is_buffer:

@@ -102,9 +102,13 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     pp = 2 if spec.startswith("pp2") else 1
     key = (family, pp)
     if key not in cache:  # a pipelined plan runs two micro-batches of 2 samples
+        from galvatron_fx.capture import mark_batched
+
         model, batch = hf_tiny.build(family)
-        cache[key] = (model, gfx.capture(model, (), example_kwargs={k: v[:4 // (2 if pp > 1 else 1)]
-                                                                     for k, v in batch.items()}))
+        mg = gfx.capture(model, (), example_kwargs={k: v[:4 // pp] for k, v in batch.items()})
+        if pp == 1:  # values made whole with a batch dim (masks) are split on dp where read
+            mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch(family, 8), annotate=False))
+        cache[key] = (model, mg)
     model, mg = cache[key]
     spec_of = SPECS if world == 2 else SPECS4
     if spec == "mixed":
@@ -125,6 +129,10 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
         pm = ParallelModule(copy.deepcopy(model), mg, plan)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=plan.num_microbatches)
+    if spec == "dp2":  # the dp layout each block's lowered graph took its boolean inputs (masks) in
+        res["mask_dp"] = sorted({str(pl[0]) for ex in pm.executors[1:-2] if ex.lowered is not None
+                                 for (pl, _sh, _st), (ph, _) in zip(ex.lowered.in_specs, ex._inputs)
+                                 if ph.meta["val"].dtype == torch.bool})
     return _param_errors(res, pm.state_dict())
 
 
@@ -277,6 +285,11 @@ def _check(res: dict) -> None:
 @pytest.mark.parametrize("family,spec", CASES[2])
 def test_hf_family_trains_like_one_process(results2, family, spec):
     _check(assert_ok(results2, f"{family}/{spec}"))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2", "bert"])
+def test_masks_made_whole_are_split_on_dp_where_blocks_read_them(results2, family):
+    assert assert_ok(results2, f"{family}/dp2")["mask_dp"] == ["S(0)"]
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "vit"])

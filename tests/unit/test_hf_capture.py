@@ -159,3 +159,23 @@ def test_search_is_the_same_under_every_hash_seed():
         assert run.returncode == 0, run.stderr[-3000:]
         outs.append(json.loads(run.stdout.strip().splitlines()[-1]))
     assert outs[0] == outs[1]
+
+
+def test_values_made_whole_with_a_batch_dim_are_found_batched():
+    """A probe capture at twice the batch finds the values whose dim 0 is the batch, also those
+    built from ``arange`` without reading the inputs (Llama's mask, its positions' cos/sin), and
+    not those of the sequence alone."""
+    from galvatron_fx.capture import mark_batched
+
+    model, batch = hf_tiny.build("llama")
+    mg = gfx.capture(model, (), example_kwargs=batch)
+    found = mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch("llama", 8), annotate=False))
+    by_name = mg.nodes_by_name()
+    crossing = {x for l in mg.layers[1:] for x in l.input_names if x in by_name and by_name[x].op != "placeholder"}
+    masks = [x for x in crossing if by_name[x].meta["val"].dtype == torch.bool]
+    assert masks and all(x in found for x in masks)
+    assert set(mg.input_names) <= found
+    hidden = mg.layers[1].input_names[0]
+    assert hidden in found
+    # a value without a batch dim (Llama's inverse frequencies, a buffer) is not batched
+    assert not any(by_name[n].op == "placeholder" and n not in mg.input_names for n in found)
