@@ -255,7 +255,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     cache: dict = {}
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
     if world == 2:
-        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("gpt2", "llama", "vit")]
+        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in hf_tiny.FAMILIES]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
         jobs += [(f"{f}/backend", (lambda f=f: _backend_case(f, world))) for f in BACKEND_FAMILIES]
@@ -292,7 +292,7 @@ def test_masks_made_whole_are_split_on_dp_where_blocks_read_them(results2, famil
     assert assert_ok(results2, f"{family}/dp2")["mask_dp"] == ["S(0)"]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "vit"])
+@pytest.mark.parametrize("family", hf_tiny.FAMILIES)
 def test_hf_compiled_plan_trains_like_one_process(results2, family):
     res = assert_ok(results2, f"{family}/compiled")
     _check(res)
