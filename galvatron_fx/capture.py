@@ -97,7 +97,7 @@ def capture(
     sig = ep.graph_signature
     _refuse_buffer_mutations(gm, sig, type(model).__name__)
     outputs, extra_outputs = _select_loss(gm, ep, type(model).__name__, loss_fn is not None)
-    inputs = _user_inputs(gm, sig, args, kwargs)
+    inputs = _user_inputs(sig, args, kwargs)
     strip = (lambda s: s[len(prefix):] if prefix and s.startswith(prefix) else s)
     params: dict[str, ParamInfo] = {}
     trainable = {n for n, p in root.named_parameters(remove_duplicate=False) if p.requires_grad}
@@ -194,7 +194,7 @@ def _unalias(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return tuple(own(a) for a in args), {k: own(v) for k, v in kwargs.items()}
 
 
-def _user_inputs(gm, sig, args: tuple, kwargs: dict) -> list[InputInfo]:
+def _user_inputs(sig, args: tuple, kwargs: dict) -> list[InputInfo]:
     """One :class:`InputInfo` per user input of the exported graph, in its order: where the
     caller passes it (a position or a keyword) and, for non-tensors, the value specialised."""
     from torch.utils._pytree import MappingKey, SequenceKey, tree_flatten_with_path

@@ -86,6 +86,12 @@ def plan_on_rank0(search: Callable[[], ParallelPlan]) -> ParallelPlan:
     return ParallelPlan.from_json(payload[0][1], source="the plan broadcast by rank 0")
 
 
+def _resized(args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
+    """The tensor arguments sliced or repeated to ``batch`` samples (see :func:`_resize`)."""
+    resize = lambda x: _resize(x, batch) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    return tuple(resize(x) for x in args), {k: resize(v) for k, v in kwargs.items()}
+
+
 def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batch: int) -> None:
     """``mg.batched`` from a probe capture at ``batch`` samples (:func:`~galvatron_fx.capture.mark_batched`):
     values built whole from factories with a batch dim (masks, positions) are then split on dp
@@ -93,10 +99,9 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
     that batch keeps every such value whole (correct, more memory), with a log line."""
     from galvatron_fx.capture import capture, mark_batched
 
-    resize = lambda x: _resize(x, batch) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    args, kwargs = _resized(args, kwargs, batch)
     try:
-        probe = capture(model, tuple(resize(x) for x in args), loss_fn,
-                        example_kwargs={k: resize(v) for k, v in kwargs.items()}, annotate=False)
+        probe = capture(model, args, loss_fn, example_kwargs=kwargs, annotate=False)
     except Exception as e:  # an optimisation: the runtime is correct without it
         log.info("no batch probe (%s: %s): values made whole from factories stay whole", type(e).__name__, e)
         return
@@ -145,10 +150,9 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
     micro = plan.global_batch_size // plan.num_microbatches
-    resize = lambda x: _resize(x, micro) if isinstance(x, torch.Tensor) else x  # noqa: E731
     runtime_model = _runtime_model(model, plan.precision)
-    mg = gfx.capture(runtime_model, tuple(resize(x) for x in example_inputs), loss_fn,
-                     example_kwargs={k: resize(v) for k, v in example_kwargs.items()})
+    args, kwargs = _resized(example_inputs, example_kwargs, micro)
+    mg = gfx.capture(runtime_model, args, loss_fn, example_kwargs=kwargs)
     _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule

@@ -199,8 +199,8 @@ class PipelineModule(nn.Module):
         rng = torch.get_rng_state()
         try:
             for c, chunk in zip([c for c in range(len(crossing) - 1) if c % self.plan.pp == self.stage], self.chunks):
-                ins = [self._example(n, layout).detach().zero_().requires_grad_(self._example(n, layout).requires_grad)
-                       for n in crossing[c]]
+                ins = [x.detach().zero_().requires_grad_(x.requires_grad)
+                       for x in (self._example(n, layout) for n in crossing[c])]
                 outs = chunk(*ins)
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 for name, o in zip(chunk.out_names, outs):
