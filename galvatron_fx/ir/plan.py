@@ -120,9 +120,11 @@ class Alternative:
     strategy: LayerStrategy
     predicted: LayerPrediction
     reason: str
+    layout: str = ""  # the tp layouts it takes and hands on ("in S(2), out R"), where they differ by option
 
     def to_dict(self) -> dict:
-        return {"strategy": self.strategy.to_dict(), "predicted": self.predicted.to_dict(), "reason": self.reason}
+        d = {"strategy": self.strategy.to_dict(), "predicted": self.predicted.to_dict(), "reason": self.reason}
+        return d | ({"layout": self.layout} if self.layout else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -561,7 +563,10 @@ class ParallelPlan:
         if not lp.alternatives:
             out.append("no alternatives were recorded for this layer (the search kept none, or it had no choice)")
         cols = [("chosen " + lp.strategy.short(), lp.predicted, "chosen")]
-        cols += [(a.strategy.short(), a.predicted, a.reason) for a in alts]
+        labels = [lp.strategy.short()] + [a.strategy.short() for a in alts]
+        # one strategy at two boundary layouts (a head handing on whole or vocab-sharded logits)
+        cols += [(a.strategy.short() + (f" ({a.layout})" if a.layout and labels.count(a.strategy.short()) > 1 else ""),
+                  a.predicted, a.reason) for a in alts]
         keys = []
         for _, pr, _ in cols:
             keys += [k for k in pr.memory_breakdown if k not in keys]
@@ -784,16 +789,16 @@ def _jtype(v: Any) -> str:
             float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _obj(v: Any, at: str, keys: tuple[str, ...]) -> dict:
+def _obj(v: Any, at: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
     if not isinstance(v, dict):
         raise _FieldError(at or "the plan", f"must be a JSON object, got {_jtype(v)}")
     for k in keys:
         if k not in v:
             raise _FieldError(_join(at, k), "is missing")
-    extra = sorted(set(v) - set(keys))
+    extra = sorted(set(v) - set(keys) - set(optional))
     if extra:
         raise _FieldError(_join(at, extra[0]), f"is not a field of schema {SCHEMA_VERSION} (typo?); "
-                                               f"known fields: {', '.join(keys)}")
+                                               f"known fields: {', '.join(keys + optional)}")
     return v
 
 
@@ -863,10 +868,11 @@ def _parse_layer(v: Any, at: str) -> LayerPlan:
     alts = []
     for j, a in enumerate(_list(d["alternatives"], f"{at}.alternatives")):
         aat = f"{at}.alternatives[{j}]"
-        ad = _obj(a, aat, ("strategy", "predicted", "reason"))
+        ad = _obj(a, aat, ("strategy", "predicted", "reason"), optional=("layout",))
         alts.append(Alternative(strategy=_parse_strategy(ad["strategy"], f"{aat}.strategy"),
                                 predicted=_parse_layer_prediction(ad["predicted"], f"{aat}.predicted"),
-                                reason=_str(ad["reason"], f"{aat}.reason")))
+                                reason=_str(ad["reason"], f"{aat}.reason"),
+                                layout=_str(ad.get("layout", ""), f"{aat}.layout")))
     return LayerPlan(
         name=_str(d["name"], f"{at}.name"), kind=_str(d["kind"], f"{at}.kind"),
         role=LayerRole(_str(d["role"], f"{at}.role", tuple(LayerRole))),

@@ -54,6 +54,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
+from galvatron_fx import vocab_parallel
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer, parse_placement, pstr
 
 log = logging.getLogger(__name__)
@@ -894,7 +895,10 @@ class LayerExecutor(nn.Module):
         kwargs = fx.node.map_aggregate(n.kwargs, load)
         if kwargs:
             kwargs = _kwargs_follow_dp(args, kwargs, self.mesh)
-        out = n.target(*args, **kwargs)
+        if vocab_parallel.runs(n, tuple(want_in), args):  # class-sharded, or a mean over split rows
+            out = vocab_parallel.run(n, args, kwargs, axis=1)
+        else:
+            out = n.target(*args, **kwargs)
         got = [o.placements[1] if isinstance(o, DTensor) else None
                for o in (out if isinstance(out, (tuple, list)) else [out])]
         for g, w in zip(got, want_out):

@@ -33,7 +33,7 @@ parameters become ``(Shard(0) | _StridedShard(0), tp)`` shards (dim 0 split over
 placement kept), FSDP all-gathers them back to ``(Replicate, tp)`` around the layer's forward
 (ZeRO-3: again in backward, ``reshard_after_forward=True``; ZeRO-2 keeps them from forward to
 backward) and reduce-scatters the dp-``Partial`` gradients after each backward. Scaling: the
-executor's convention is a *sum* over dp of partial grads (the loss's ``Partial(avg)`` already
+executor's convention is a *sum* over dp of partial grads (the loss's mean already
 divided each rank's share), so FSDP's default average is turned off
 (``set_gradient_divide_factor(1.0)`` with plain-sum collectives, which gloo supports).
 Accumulation: FSDP reduce-scatters once per micro-batch backward and accumulates the sharded
@@ -480,9 +480,11 @@ class ParallelModule(nn.Module):
         shape; positional and keyword as the model was captured, or one mapping of names to
         tensors) as a plain tensor, the same on every rank.
 
-        The loss layer's mean over a batch-sharded input comes out of DTensor as
-        ``Partial(avg)`` on dp; its ``full_tensor()`` is the global mean, and backward through it
-        leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`) is the gradient of that mean.
+        The loss layer's mean over a batch-sharded input comes out ``Partial`` on dp (each
+        rank's sum over the global count of targets, :mod:`~galvatron_fx.vocab_parallel`; a
+        mean DTensor's own rules make is ``Partial(avg)``); its ``full_tensor()`` is the global
+        mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
+        is the gradient of that mean.
         """
         inputs = self.mg.bind_inputs(inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], dict)
                                      else inputs, kwargs)
@@ -512,7 +514,7 @@ class ParallelModule(nn.Module):
 
     def _loss(self, inputs: Sequence[torch.Tensor], *, wrap: bool = True):
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
-        ``Partial(avg)`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective."""
+        ``Partial`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective."""
         wait_in_flight()  # earlier forwards' that had no backward
         (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names, wrap=wrap)
         return loss

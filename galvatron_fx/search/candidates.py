@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from torch.distributed.tensor import Shard as TorchShard
 
 from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
@@ -61,7 +62,8 @@ class SearchSpace:
     divisors of the world up to the number of blocks, micro-batch counts searched. A layer at
     tp > 1 always splits something over its tp group when it can (weights, activations, or the
     sequence under Ulysses): ``tp=(2,)`` asks for real tensor parallelism, never a layer with
-    weights repeated whole on both ranks.
+    weights repeated whole on both ranks. ``vocab_parallel=False`` keeps the logits whole from
+    head to loss (no vocab-parallel cross-entropy; a tp head then gathers them).
     """
 
     tp: tuple[int, ...] | None = None
@@ -75,6 +77,7 @@ class SearchSpace:
     num_microbatches: tuple[int, ...] | None = None
     max_microbatches: int = 64
     uniform: bool = False  # one strategy for all blocks (the hand-written baselines)
+    vocab_parallel: bool = True
 
     @classmethod
     def coerce(cls, value: SearchSpace | dict | None) -> SearchSpace:
@@ -127,6 +130,7 @@ class OptionCache:
 
     mg: ModelGraph
     cost_model: CostModel
+    vocab_parallel: bool = True  # class-sharded log-softmax / NLL loss allowed (SearchSpace.vocab_parallel)
     options: dict[tuple[str, int, SPMode], list[LayerOption]] = field(default_factory=dict)
     decomposed: dict[str, object] = field(default_factory=dict)
     solves: int = 0
@@ -145,8 +149,10 @@ class OptionCache:
 
     def option_list(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
         """The ILP's options for (tp, sp): the fastest, plus the memory-lean one (every matrix
-        parameter sharded) when the fastest replicates some; empty when the layer cannot use
-        (tp, sp)."""
+        parameter sharded) when the fastest replicates some; for a head and its loss, each also
+        with the logits crossing vocab-sharded (:meth:`_boundaries`), so that the inter-layer DP
+        weighs gathering them against a vocab-parallel cross-entropy. Empty when the layer
+        cannot use (tp, sp)."""
         key = (layer.kind, tp, sp)
         if key in self.options:
             return self.options[key]
@@ -158,26 +164,54 @@ class OptionCache:
                 dl = self.decomposed[layer.kind]
                 if sp != SPMode.NONE and not any(r == "activation" for r in dl.input_roles):
                     raise PlanError("no hidden-state input to shard on the sequence")
-                fast = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl)
-                self.solves += 1
-                self.solve_s += fast.solve_s
-                # a tp > 1 option shards something: one that keeps the whole layer on every tp rank
-                # is the tp = 1 layer with its compute repeated, and "tp" would name no tensor
-                # parallelism at all (the memory-lean option below is offered instead)
-                if fast.param_fraction < 0.99 or fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99:
-                    opts.append(fast)
-                if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
-                    lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,
-                                             shard_params=True)
-                    self.solves += 1
-                    self.solve_s += lean.solve_s
-                    if lean.param_fraction < fast.param_fraction - 0.01 or not opts:
-                        opts.append(lean)
+                for boundary in self._boundaries(layer, tp):
+                    opts += self._solved(layer, dl, tp, sp, boundary)
             except Exception as e:  # an op without sharding rules: this layer stays unsharded
                 log.info("layer %s cannot use tp=%d sp=%s: %s", layer.name, tp, sp, e)
                 opts = []
         self.options[key] = opts
         return opts
+
+    def _solved(self, layer: LayerInfo, dl, tp: int, sp: SPMode, boundary: dict) -> list[LayerOption]:
+        """The fastest and (where it differs) the memory-lean option at one boundary layout."""
+        opts: list[LayerOption] = []
+        boundary = boundary | {"vocab_parallel": self.vocab_parallel}
+        fast = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl, **boundary)
+        self.solves += 1
+        self.solve_s += fast.solve_s
+        # a tp > 1 option shards something: one that keeps the whole layer on every tp rank
+        # is the tp = 1 layer with its compute repeated, and "tp" would name no tensor
+        # parallelism at all (the memory-lean option below is offered instead)
+        if fast.param_fraction < 0.99 or fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99:
+            opts.append(fast)
+        if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
+            lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,
+                                     shard_params=True, **boundary)
+            self.solves += 1
+            self.solve_s += lean.solve_s
+            if lean.param_fraction < fast.param_fraction - 0.01 or not opts:
+                opts.append(lean)
+        return opts
+
+    def _boundaries(self, layer: LayerInfo, tp: int) -> list[dict]:
+        """The boundary layouts to solve ``layer`` at: the sequence-parallel mode's, and for the
+        head's output / the loss's input (the logits) also sharded on their last (class) dim."""
+        out: list[dict] = [{}]
+        if not self.vocab_parallel:
+            return out
+        if layer.role == LayerRole.HEAD:
+            names, key = layer.output_names[:1], "out_layout"
+        elif layer.role == LayerRole.LOSS:
+            head = {n for lay in self.mg.layers if lay.role == LayerRole.HEAD for n in lay.output_names}
+            names, key = [n for n in layer.input_names if n in head][:1], "in_layout"
+        else:
+            return out
+        by_name = self.mg.nodes_by_name()
+        for name in names:
+            val = by_name[name].meta.get("val") if name in by_name else None
+            if getattr(val, "ndim", 0) >= 2 and val.is_floating_point() and val.shape[-1] % tp == 0:
+                out.append({key: TorchShard(val.ndim - 1)})
+        return out
 
 
 def allowed_tp(space: SearchSpace, devices: int, devices_per_node: int) -> list[int]:

@@ -72,6 +72,7 @@ from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
+from galvatron_fx.vocab_parallel import collectives as in_op_collectives, extra_strategies, is_class_sharded
 from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,8 @@ def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
         found |= _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp)
     replicate = NodeStrategy(tuple(R for _ in in_vals), tuple(R if v is not None else None for v in out_vals))
     found.add(replicate)
+    # class-sharded log-softmax / NLL loss (vocab-parallel cross-entropy), run by our own code
+    found |= {NodeStrategy(ins, outs) for ins, outs in extra_strategies(node, tp)}
     return sorted(found, key=lambda s: (s != replicate, str(s)))
 
 
@@ -452,6 +455,15 @@ def _dual(p: Placement) -> Placement:
     return R if isinstance(p, (Partial, Replicate)) else p
 
 
+def _fits(p: Placement | None, val: torch.Tensor, tp: int) -> bool:
+    """Whether ``val`` can take layout ``p`` on ``tp`` ranks (``None`` never does)."""
+    if p is None:
+        return False
+    if not isinstance(p, Shard):
+        return True
+    return p.dim < val.ndim and val.shape[p.dim] % tp == 0 and val.shape[p.dim] >= tp
+
+
 def _layout_for(sp: SPMode, val: torch.Tensor) -> Placement:
     """The placement of an activation crossing a layer boundary under ``sp``: a hidden state
     ``(B, T, C)`` is split on the sequence; other values (a position bias ``(1, H, T, T)``)
@@ -491,7 +503,9 @@ class _Model:
             vals.extend(coefs.values())
             lo[i], hi[i] = l, h
         a = coo_matrix((vals, (rows, cols)), shape=(len(self.rows), n)).tocsr()
-        res = milp(np.asarray(self.cost), constraints=LinearConstraint(a, lo, hi),
+        # costs in microseconds: in seconds, gaps of 1e-8 (a small collective) fall under the
+        # solver's optimality tolerances and it stops at a worse assignment
+        res = milp(np.asarray(self.cost) * 1e6, constraints=LinearConstraint(a, lo, hi),
                    integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
         if res.x is None:
             raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")
@@ -522,6 +536,13 @@ class PlacementProblem:
     view_like: set[str]
     reshard_s: object  # (src, dst, nbytes, ndim) -> seconds
     forbidden: set[tuple[str, int]] = field(default_factory=set)
+    # collectives inside a node's kernel under a strategy (vocab-parallel cross-entropy): per
+    # node, per strategy, ``(direction, collective, bytes, seconds)``
+    inner: dict[str, list[list[tuple[str, str, int, float]]]] = field(default_factory=dict)
+    no_grad: set[str] = field(default_factory=set)  # nodes that hand no gradient back (detach)
+
+    def inner_s(self, node: str, i: int) -> float:
+        return sum(e[3] for e in self.inner[node][i]) if node in self.inner else 0.0
 
     def passes(self, node: str, s: NodeStrategy) -> bool:
         return node in self.view_like and _passes_through(s)
@@ -533,7 +554,7 @@ def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, 
     Returns the total seconds and the redistributions ``(direction, value, collective, seconds)``.
     """
     pr = problem
-    total = sum(pr.compute_s[n][choice[n]] for n in pr.nodes)
+    total = sum(pr.compute_s[n][choice[n]] + pr.inner_s(n, choice[n]) for n in pr.nodes)
     events: list[tuple[str, str, str, float]] = []
     gp: dict[tuple[str, int], bool] = {}
     order = {n: i for i, n in enumerate(pr.nodes)}
@@ -549,7 +570,7 @@ def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, 
             dst = sb.inputs[k] if k < len(sb.inputs) else None
             if dst is not None and dst != src and not isinstance(dst, Partial):
                 fwd.add(pstr(dst))
-            if not v.has_grad or dst is None:
+            if not v.has_grad or dst is None or n in pr.no_grad:
                 continue
             if pr.passes(n, sb):
                 if gp.get((n, 0), False):
@@ -583,7 +604,7 @@ def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, i
     """Solve the ILP of the module doc on ``problem``: (choice per node, objective, #variables)."""
     pr = problem
     m = _Model()
-    x = {n: [m.var(c) for c in pr.compute_s[n]] for n in pr.nodes}
+    x = {n: [m.var(c + pr.inner_s(n, i)) for i, c in enumerate(pr.compute_s[n])] for n in pr.nodes}
     for n in pr.nodes:  # _add_choice_constraints: exactly one strategy per node
         m.row({v: 1.0 for v in x[n]}, 1, 1)
     for n, i in sorted(pr.forbidden):
@@ -603,7 +624,7 @@ def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, i
                     dst = sb.inputs[k] if k < len(sb.inputs) else None
                     if dst is not None and dst != src and not isinstance(dst, Partial):
                         need_fwd[pstr(dst)].append(pv)
-                    if not v.has_grad or dst is None:
+                    if not v.has_grad or dst is None or n in pr.no_grad:
                         continue
                     if pr.passes(n, sb):
                         need_bwd["P"].append((pv, gp[(n, 0)]))  # partial only if the view's output is
@@ -648,12 +669,18 @@ def _charge(m: _Model, pvs: list[tuple[int, int | None]], t: float) -> None:
 
 
 def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: CostModel,
-                  ranks: list[int], *, shard_params: bool = False) -> tuple[PlacementProblem, dict[str, fx.Node]]:
+                  ranks: list[int], *, shard_params: bool = False, in_layout: Placement | None = None,
+                  out_layout: Placement | None = None, input_layouts: dict[str, Placement] | None = None,
+                  vocab_parallel: bool = True) -> tuple[PlacementProblem, dict[str, fx.Node]]:
     """The :class:`PlacementProblem` of a decomposed layer at degree ``tp`` under ``sp``.
 
     ``shard_params`` forbids replicating any matrix parameter that can be sharded: the
     memory-lean variant (the time-optimal one may replicate small weights and all-reduce their
-    gradients instead).
+    gradients instead). ``in_layout`` / ``out_layout`` replace the sequence-parallel mode's
+    boundary layout of the activation inputs / outputs where they fit them (a head handing its
+    loss vocab-sharded logits; ``None``: the mode's); ``input_layouts`` fixes them per input
+    placeholder (a saved plan's). ``vocab_parallel=False`` forbids the class-sharded
+    log-softmax / NLL strategies (:mod:`~galvatron_fx.vocab_parallel`).
     """
     sp = SPMode(sp)
     mesh = _mesh(tp)
@@ -680,7 +707,10 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
             elif shard_params and val.ndim >= 2 and len(cands) > 1:
                 cands = cands[1:]
         elif role[ph] == "activation":
-            cands = [_layout_for(sp, val)]
+            if input_layouts and ph.name in input_layouts:
+                cands = [input_layouts[ph.name]]
+            else:
+                cands = [in_layout if _fits(in_layout, val, tp) else _layout_for(sp, val)]
         else:
             cands = [R]
         strategies[ph.name] = [NodeStrategy((), (p,)) for p in cands]
@@ -721,13 +751,16 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
                 for n, k in v.consumers:
                     forbidden |= {(n, i) for i, s in enumerate(strategies[n])
                                   if k < len(s.inputs) and not isinstance(s.inputs[k], Replicate)}
+    if not vocab_parallel:
+        forbidden |= {(n.name, i) for n in calls for i, s in enumerate(strategies[n.name])
+                      if is_class_sharded(n, s.inputs)}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     for a in tree_flatten(out_node.args)[0]:
         if not isinstance(a, fx.Node):
             continue
         u, idx = value_of(a)
         if _is_activation_value(u, idx):  # the layer hands on its output in the SP layout
-            want = _layout_for(sp, _val(u, idx))
+            want = out_layout if _fits(out_layout, _val(u, idx), tp) else _layout_for(sp, _val(u, idx))
             bad = {(u.name, i) for i, s in enumerate(strategies[u.name]) if s.outputs[idx] != want}
             # where no strategy of the producer makes it (a view from (B*T, C)), the output
             # leaves as made and the next layer's transition reshards it
@@ -738,21 +771,31 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     def reshard(src, dst, nbytes, ndim):
         return _reshard_s(cost_model, nbytes, src, dst, ranks, ndim)
 
+    inner = {}
+    for n in calls:
+        per = [[(d, c, b, reshard(P, R, b, 2)) for d, c, b in in_op_collectives(n, s.inputs)]
+               for s in strategies[n.name]]
+        if any(per):
+            inner[n.name] = per
     problem = PlacementProblem(nodes=nodes, strategies=strategies, compute_s=compute, values=values,
                                view_like={n.name for n in calls if _is_view_like(n)},
-                               reshard_s=reshard, forbidden=forbidden)
+                               reshard_s=reshard, forbidden=forbidden, inner=inner,
+                               no_grad={n.name for n in calls if n.target is aten.detach.default})
     return problem, {n.name: n for n in gm.graph.nodes}
 
 
 def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
                       *, ranks: list[int] | None = None, decomposed: DecomposedLayer | None = None,
-                      shard_params: bool = False) -> LayerOption:
-    """Solve the placement ILP of ``layer`` at tensor-parallel degree ``tp`` (see module doc)."""
+                      shard_params: bool = False, in_layout: Placement | None = None,
+                      out_layout: Placement | None = None, vocab_parallel: bool = True) -> LayerOption:
+    """Solve the placement ILP of ``layer`` at tensor-parallel degree ``tp`` (see module doc;
+    ``in_layout``, ``out_layout``, ``vocab_parallel``: see :func:`build_problem`)."""
     t0 = time.perf_counter()
     sp = SPMode(sp)
     ranks = ranks if ranks is not None else list(range(tp))
     dl = decomposed or decompose_layer(mg, layer)
-    problem, by_name = build_problem(dl, tp, sp, cost_model, ranks, shard_params=shard_params)
+    problem, by_name = build_problem(dl, tp, sp, cost_model, ranks, shard_params=shard_params,
+                                     in_layout=in_layout, out_layout=out_layout, vocab_parallel=vocab_parallel)
     choice, objective, num_vars = solve_placement(problem)
     option = _option(layer, dl, problem, by_name, choice, tp, sp, solve=(objective, num_vars, t0))
     log.info("intra-layer ILP %s tp=%d sp=%s: %d variables, %.3f s, fwd comm %s", layer.name, tp, sp,
@@ -777,7 +820,10 @@ def option_from_placements(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode
     ``placements``. Raises ``PlanError`` when a placement is not a strategy of its node."""
     sp = SPMode(sp)
     dl = decomposed or decompose_layer(mg, layer)
-    problem, by_name = build_problem(dl, tp, sp, cost_model, list(range(tp)))
+    # the saved activation inputs' layouts (a loss reading vocab-sharded logits)
+    given = {ph.name: parse_placement(placements[ph.name].split("->")[1]) for ph, r in zip(dl.inputs, dl.input_roles)
+             if r == "activation" and ph.name in placements}
+    problem, by_name = build_problem(dl, tp, sp, cost_model, list(range(tp)), input_layouts=given)
     choice = {}
     for n in problem.nodes:
         idx = [i for i, st in enumerate(problem.strategies[n]) if _fmt(st) == placements.get(n)]
@@ -802,6 +848,8 @@ def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by
     weights = param_values(dl)
     comm = tuple(CommEvent(d, v, c, _bytes_of(problem, v), t, per_sample=v.rsplit("[", 1)[0] not in weights)
                  for d, v, c, t in events)
+    comm += tuple(CommEvent(d, f"{n}[inner]", c, b, t) for n, i in choice.items() if n in problem.inner
+                  for d, c, b, t in problem.inner[n][i])
     compute_s = sum(problem.compute_s[n][i] for n, i in choice.items())
     full = sum(max(c) for c in problem.compute_s.values() if c)
     out_node = next(n for n in dl.gm.graph.nodes if n.op == "output")

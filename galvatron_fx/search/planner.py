@@ -118,7 +118,7 @@ class _Search:
         self.world = cluster.world_size
         self.dpn = cluster.devices_per_node
         self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
-        self.cache = cache or OptionCache(mg, cm)
+        self.cache = cache or OptionCache(mg, cm, vocab_parallel=space.vocab_parallel)
         self.layers = mg.layers
         self._choices: dict[tuple, list[LayerChoice]] = {}
         self._trans: dict[tuple, np.ndarray] = {}
@@ -601,7 +601,7 @@ def plan(
         raise PlanError(f"global_batch_size must be >= 1 (or a list of candidates), got {global_batch_size}")
     # several global batches: the one with the highest predicted throughput that fits wins
     best, s, errors = None, None, []
-    cache = OptionCache(mg, cm)
+    cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel)
     for gb in batches:
         search_gb = _Search(mg, cluster, cm, space, gb, budget, progress, cache)
         try:
@@ -751,5 +751,5 @@ def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int,
         else:
             reason = "slower once resharding to its neighbours' layouts is paid"
         out.append(Alternative(strategy=c.strategy, predicted=_prediction(c, m, st.in_flight, 0.0, c.memory.temp_bytes),
-                               reason=reason))
+                               reason=reason, layout=f"in {c.in_layout}, out {c.out_layout}"))
     return out

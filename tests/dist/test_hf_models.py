@@ -6,7 +6,8 @@ it (labels included: the model computes its own loss), 3 AdamW steps of ``train_
 plain copy: every step's loss within 1e-5 relative, every parameter within 1e-4 after the steps
 (fp32). Strategies are hand-made plans (``make_plan``: the ILP's memory-lean placements, every
 matrix weight sharded at tp > 1) and the plan ``compile()`` searches itself; the loss path
-``loss_fn=`` on the model's logits is checked too.
+``loss_fn=`` on the model's logits is checked too. Cases with half the token labels ignored
+(vocab-parallel cross-entropy, the dp mean) step with SGD instead (see ``_sgd``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ SPECS4 = {
     "mixed": [(4, 1, "none", "none", "ddp"), (2, 2, "none", "none", "zero3"), (1, 4, "megatron", "none", "ddp"),
               (2, 2, "none", "full", "zero2"), (4, 1, "none", "selective", "ddp")],  # cycled over the layers
 }
+# vocab-parallel cross-entropy (head -> loss logits vocab-sharded), labels partly ignored (-100)
+VOCAB_SPECS = {"tp2-vocab": (1, 2), "dp2tp2-vocab": (2, 2)}
+VOCAB_FAMILIES = ("gpt2", "llama", "bert", "t5", "opt")
 CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
          4: [(f, "dp2tp2") for f in hf_tiny.FAMILIES] + [(f, "dp2tp2-sp-zero3") for f in ("llama", "t5", "vit")]
          + [(f, "mixed") for f in ("gpt2", "bert", "opt")] + [(f, "tp4") for f in ("llama", "qwen2")]}
@@ -53,13 +57,29 @@ CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
 BACKEND_FAMILIES = ("gpt2", "llama", "t5", "vit")
 
 
-def _train(model, run_step, batches, *, micro: int = 1) -> dict:
-    """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` with AdamW
-    (``micro`` micro-batches per step, their losses averaged)."""
+def _adamw(params):
+    import torch
+
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+def _sgd(params):
+    """SGD for cases with ignored labels: AdamW's first step turns a gradient below its ``eps``
+    (1e-8) into an update of up to ``lr``, so elements whose gradient is fp32 rounding noise
+    (T5 has some of 2e-9) differ by ~1e-4 after it whatever the runtime does; under SGD the
+    parameters differ by ``lr`` times the gradients' difference."""
+    import torch
+
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def _train(model, run_step, batches, *, micro: int = 1, optim=_adamw) -> dict:
+    """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` stepped by
+    ``optim`` (``micro`` micro-batches per step, their losses averaged)."""
     import torch
 
     ref = copy.deepcopy(model)
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    ref_opt = optim(ref.parameters())
     res = {"loss_rel": [], "step_s": []}
     for b in batches:
         t0 = time.perf_counter()
@@ -87,8 +107,83 @@ def _param_errors(res: dict, sd: dict) -> dict:
     return res
 
 
-def _batches(family: str, n: int) -> list[dict]:
-    return [hf_tiny.batch(family, n, seed=10 + i) for i in range(STEPS)]
+def _batches(family: str, n: int, *, ignored: float = 0.0) -> list[dict]:
+    """``STEPS`` batches of ``n`` samples; ``ignored``: that share of token labels set to -100
+    (padding, unmasked MLM positions), a different number on each rank's rows."""
+    import torch
+
+    out = [hf_tiny.batch(family, n, seed=10 + i) for i in range(STEPS)]
+    g = torch.Generator().manual_seed(7)
+    for b in out:
+        if ignored and b.get("labels") is not None and b["labels"].ndim == 2:
+            b["labels"] = b["labels"].masked_fill(torch.rand(b["labels"].shape, generator=g) < ignored, -100)
+    return out
+
+
+def _no_latency(cluster):
+    """``cluster`` with latency-free links: at these tiny sizes the search then finds vocab-parallel
+    cross-entropy worth it (with real latencies it gathers the few logits instead)."""
+    import dataclasses
+
+    return dataclasses.replace(cluster, intra_node=dataclasses.replace(cluster.intra_node, latency_s=0.0))
+
+
+def _class_sharded(placements: dict) -> bool:
+    return placements.get("_log_softmax") == "S(1)->S(1)" and placements.get("nll_loss_forward") == "S(1),R->R,R"
+
+
+def _vocab_case(family: str, spec: str, world: int, cache: dict) -> dict:
+    """Head and loss solved with the logits crossing vocab-sharded (the search's other boundary
+    layout), every other layer as ``tp2`` / ``dp2tp2``; half the labels ignored."""
+    from torch.distributed.tensor import Shard
+
+    import galvatron_fx as gfx
+    from galvatron_fx.cost_models import AnalyticCostModel
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+    from galvatron_fx.search.intra_layer import solve_intra_layer
+
+    model, mg = _captured(family, 1, cache)
+    dp, tp = VOCAB_SPECS[spec]
+    cm = AnalyticCostModel(_no_latency(gfx.Cluster.preset("dgx-a100-80g")))
+    head, loss = mg.layers[-2], mg.layers[-1]
+    vocab = Shard(mg.nodes_by_name()[head.output_names[0]].meta["val"].ndim - 1)
+    options = {head.kind: solve_intra_layer(mg, head, tp, "none", cm, shard_params=True, out_layout=vocab),
+               loss.kind: solve_intra_layer(mg, loss, tp, "none", cm, in_layout=vocab)}
+    plan = make_plan(mg, world, (dp, tp, "none", "none", "ddp"), gbs=4, m=1, name=f"{family}-{spec}", options=options)
+    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    opt = _sgd(pm.parameters())
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4, ignored=0.5), optim=_sgd)
+    res["class_sharded"] = _class_sharded(plan.layers[-1].placements)
+    res["mismatches"] = sorted(pm.executors[-1].mismatches)  # DTensor's own rule would gather
+    return _param_errors(res, pm.state_dict())
+
+
+def _ignored_dp_case(family: str, world: int, cache: dict) -> dict:
+    """Plain dp2, half the labels ignored: the mean is over all ranks' counted targets."""
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    model, mg = _captured(family, 1, cache)
+    plan = make_plan(mg, world, (world, 1, "none", "none", "ddp"), gbs=4, m=1, name=f"{family}-dp-ignored")
+    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    opt = _sgd(pm.parameters())
+    return _param_errors(_train(model, lambda b: pm.train_step(b, opt), _batches(family, 4, ignored=0.5),
+                                optim=_sgd), pm.state_dict())
+
+
+def _captured(family: str, pp: int, cache: dict):
+    """The model and its graph at the micro-batch (4 samples, or 2 for a pipelined plan's two
+    micro-batches), one per (family, pp) and process."""
+    import galvatron_fx as gfx
+    from galvatron_fx.capture import mark_batched
+
+    key = (family, pp)
+    if key not in cache:
+        model, batch = hf_tiny.build(family)
+        mg = gfx.capture(model, (), example_kwargs={k: v[:4 // pp] for k, v in batch.items()})
+        if pp == 1:  # values made whole with a batch dim (masks) are split on dp where read
+            mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch(family, 8), annotate=False))
+        cache[key] = (model, mg)
+    return cache[key]
 
 
 def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
@@ -100,16 +195,7 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     from galvatron_fx.runtime.pipeline import PipelineModule
 
     pp = 2 if spec.startswith("pp2") else 1
-    key = (family, pp)
-    if key not in cache:  # a pipelined plan runs two micro-batches of 2 samples
-        from galvatron_fx.capture import mark_batched
-
-        model, batch = hf_tiny.build(family)
-        mg = gfx.capture(model, (), example_kwargs={k: v[:4 // pp] for k, v in batch.items()})
-        if pp == 1:  # values made whole with a batch dim (masks) are split on dp where read
-            mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch(family, 8), annotate=False))
-        cache[key] = (model, mg)
-    model, mg = cache[key]
+    model, mg = _captured(family, pp, cache)
     spec_of = SPECS if world == 2 else SPECS4
     if spec == "mixed":
         cycle = SPECS4["mixed"]
@@ -152,8 +238,10 @@ def _compile_case(family: str, world: int) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
-def _loss_fn_case(family: str, world: int) -> dict:
-    """``loss_fn=`` on the logits of a model called without labels (target last, positional)."""
+def _loss_fn_case(family: str, world: int, *, vocab: bool = False) -> dict:
+    """``loss_fn=`` on the logits of a model called without labels (target last, positional).
+    ``vocab``: searched on latency-free links, where the search picks vocab-parallel
+    cross-entropy for ``F.cross_entropy`` at these sizes."""
     import torch
     import torch.nn.functional as F
 
@@ -165,12 +253,14 @@ def _loss_fn_case(family: str, world: int) -> dict:
         return F.cross_entropy(out.logits.flatten(0, 1), target.flatten())
 
     ids = batch["input_ids"]
-    pm = gfx.compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), (ids, ids.roll(-1, 1)), loss_fn=loss_fn,
+    cluster = _no_latency(gfx.Cluster.local_cpu(world)) if vocab else gfx.Cluster.local_cpu(world)
+    pm = gfx.compile(copy.deepcopy(model), cluster, (ids, ids.roll(-1, 1)), loss_fn=loss_fn,
                      global_batch_size=4, search={"pp": (1,), "tp": (2,)} if world == 2 else {"pp": (1,)})
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     ref = copy.deepcopy(model)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    res = {"loss_rel": [], "plan": [f"dp{lp.dp} tp{lp.strategy.tp}" for lp in pm.plan.layers]}
+    res = {"loss_rel": [], "plan": [f"dp{lp.dp} tp{lp.strategy.tp}" for lp in pm.plan.layers],
+           "class_sharded": _class_sharded(pm.plan.layers[-1].placements)}
     for b in _batches(family, 4):
         x, y = b["input_ids"], b["input_ids"].roll(-1, 1)
         got = pm.train_step((x, y), opt)
@@ -254,7 +344,11 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     torch.manual_seed(0)
     cache: dict = {}
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
+    vocab_spec = "tp2-vocab" if world == 2 else "dp2tp2-vocab"
+    jobs += [(f"{f}/{vocab_spec}", (lambda f=f: _vocab_case(f, vocab_spec, world, cache))) for f in VOCAB_FAMILIES]
     if world == 2:
+        jobs += [(f"{f}/dp2-ignored", (lambda f=f: _ignored_dp_case(f, world, cache))) for f in ("gpt2", "bert", "t5")]
+        jobs.append(("gpt2/loss_fn-vocab", lambda: _loss_fn_case("gpt2", world, vocab=True)))
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in hf_tiny.FAMILIES]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
@@ -303,6 +397,37 @@ def test_hf_loss_fn_on_logits_trains_like_one_process(results2, family):
     res = assert_ok(results2, f"{family}/loss_fn")
     _check(res)
     assert any("tp2" in p for p in res["plan"]), res["plan"]  # the tp cap is a real tensor-parallel plan
+
+
+@pytest.mark.parametrize("family", VOCAB_FAMILIES)
+def test_hf_vocab_parallel_cross_entropy_trains_like_one_process(results2, family):
+    """Logits vocab-sharded from head to loss, half the labels ignored: the loss and every
+    parameter as in one process, and the loss ran class-sharded (DTensor's own rule would have
+    gathered the logits: a planned-vs-actual placement mismatch)."""
+    res = assert_ok(results2, f"{family}/tp2-vocab")
+    _check(res)
+    assert res["class_sharded"] and not res["mismatches"], res
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "t5"])
+def test_hf_mean_loss_over_dp_counts_every_rank_s_targets(results2, family):
+    """dp2 with half the labels ignored, a different number on each rank: the reported loss is
+    the one-process mean over all counted targets (not the mean of the ranks' means)."""
+    _check(assert_ok(results2, f"{family}/dp2-ignored"))
+
+
+def test_searched_vocab_parallel_loss_fn_trains_like_one_process(results2):
+    res = assert_ok(results2, "gpt2/loss_fn-vocab")
+    _check(res)
+    assert res["class_sharded"], res["plan"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", VOCAB_FAMILIES)
+def test_hf_vocab_parallel_cross_entropy_at_dp2_tp2(results4, family):
+    res = assert_ok(results4, f"{family}/dp2tp2-vocab")
+    _check(res)
+    assert res["class_sharded"] and not res["mismatches"], res
 
 
 def test_a_failing_pipeline_stage_is_an_error_on_every_rank(results2):
