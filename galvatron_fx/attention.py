@@ -44,7 +44,12 @@ def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
 @biased_attention.register_fake
 def _(q, k, v, bias, scale):
     b, h, t, _ = q.shape
-    return q.new_empty((b, h, t, v.shape[-1])), q.new_empty((b, h, t), dtype=torch.float32)
+    # the kernel lays its output out in q's dim order: q from (B, T, H, D) transposed gives an
+    # output whose merge back to (B, T, H·D) is a view (no copy to count, as in a real run)
+    order = sorted(range(4), key=lambda d: -q.stride(d))
+    shape = (b, h, t, v.shape[-1])
+    out = q.new_empty([shape[d] for d in order]).permute([order.index(d) for d in range(4)])
+    return out, q.new_empty((b, h, t), dtype=torch.float32)
 
 
 @torch.library.custom_op("galvatron_fx::biased_attention_backward", mutates_args=())

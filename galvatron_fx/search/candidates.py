@@ -1,8 +1,9 @@
 """Per-layer candidates: every ``LayerStrategy`` a layer may take inside one pipeline stage,
 priced in time and memory by the cost model — the choices the inter-layer DP picks from.
 
-Contract: :class:`OptionCache` solves the intra-layer ILP once per (layer kind, tp, sp) and
-keeps the :class:`~galvatron_fx.search.intra_layer.LayerOption`; :func:`layer_choices` turns
+Contract: :class:`OptionCache` solves the intra-layer ILP once per (layer kind, tp, sp) — a
+head and its loss once per layout of the logits between them, whole or vocab-sharded — and
+keeps the :class:`~galvatron_fx.search.intra_layer.LayerOption`s; :func:`layer_choices` turns
 options into :class:`LayerChoice` records for one stage configuration (its devices, the
 samples per micro-batch, micro-batches per step and in flight), and :func:`transition_s` prices
 the reshard of the hidden state between two consecutive choices.

@@ -13,11 +13,12 @@ attention kernel, …), so every placement the solver picks is one the runtime c
 A *value* is one tensor output of a node; a *strategy* of a node fixes the placement of each
 of its tensor inputs and outputs on the 1-D ``tp`` mesh (``Replicate``, ``Shard(d)``,
 ``Partial``). Sequence-parallel modes fix the layout of the hidden state at the layer's
-boundary: ``none`` replicated, ``megatron`` and ``ulysses`` split on the sequence dim; Ulysses
+boundary (unless a caller fixes another: a head handing on vocab-sharded logits, the loss
+taking them): ``none`` replicated, ``megatron`` and ``ulysses`` split on the sequence dim; Ulysses
 also keeps every parameter whole, so the solver has to move the sequence split to heads around
 attention (all-to-all) instead of sharding weights. Strategies come from DTensor's own sharding propagator (its single-dim and op
 strategy functions), plus a short list of our overrides (``_OVERRIDES``) for kernels DTensor
-has no rule for.
+has no rule for, and the class-sharded strategies the runtime runs with its own code.
 
 Formulation. Binary ``x[n,s]`` chooses strategy ``s`` of node ``n``; for every edge
 ``e = (u → n, slot k)`` binary ``y[e,a,b]`` is the product ``x[u,a]·x[n,b]``; for every value
@@ -35,7 +36,9 @@ that some consumer does, and ``z[v,g,a] = w[v,g]·x[u,a]``:
 
 ``compute(n,s)`` is the node's forward+backward time from the cost model, on ``1/tp`` of its
 FLOPs and bytes when ``s`` partitions the work (a sharded input or output; launch overhead is
-paid either way). (1) is the forward redistribution on every
+paid either way), plus the collectives its own kernel runs under ``s`` (a class-sharded
+log-softmax or NLL loss all-reduces per-row scalars: :mod:`~galvatron_fx.vocab_parallel`,
+``PlacementProblem.inner``). (1) is the forward redistribution on every
 edge, costed by the reshard model. (2) is the backward: a consumer that reads a replicated
 input inside partitioned work returns a *partial* gradient (Megatron's "f": identity forward,
 all-reduce backward); the gradients of one value are summed first and redistributed once to

@@ -47,10 +47,12 @@ SPECS4 = {
               (2, 2, "none", "full", "zero2"), (4, 1, "none", "selective", "ddp")],  # cycled over the layers
 }
 # vocab-parallel cross-entropy (head -> loss logits vocab-sharded), labels partly ignored (-100)
-VOCAB_SPECS = {"tp2-vocab": (1, 2), "dp2tp2-vocab": (2, 2)}
+VOCAB_SPECS = {"tp2-vocab": (1, 2), "dp2tp2-vocab": (2, 2), "pp2tp2-vocab": (1, 2)}  # (dp, tp) per stage
 VOCAB_FAMILIES = ("gpt2", "llama", "bert", "t5", "opt")
 CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
-         4: [(f, "dp2tp2") for f in hf_tiny.FAMILIES] + [(f, "dp2tp2-sp-zero3") for f in ("llama", "t5", "vit")]
+         # (the vocab-parallel families run dp2tp2 with their logits vocab-sharded: dp2tp2-vocab)
+         4: [(f, "dp2tp2") for f in hf_tiny.FAMILIES if f not in VOCAB_FAMILIES]
+         + [(f, "dp2tp2-sp-zero3") for f in ("llama", "t5", "vit")]
          + [(f, "mixed") for f in ("gpt2", "bert", "opt")] + [(f, "tp4") for f in ("llama", "qwen2")]}
 
 
@@ -140,21 +142,31 @@ def _vocab_case(family: str, spec: str, world: int, cache: dict) -> dict:
     import galvatron_fx as gfx
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.runtime.parallel_module import ParallelModule
+    from galvatron_fx.runtime.pipeline import PipelineModule
     from galvatron_fx.search.intra_layer import solve_intra_layer
 
-    model, mg = _captured(family, 1, cache)
+    pp = 2 if spec.startswith("pp2") else 1
+    model, mg = _captured(family, pp, cache)
     dp, tp = VOCAB_SPECS[spec]
     cm = AnalyticCostModel(_no_latency(gfx.Cluster.preset("dgx-a100-80g")))
     head, loss = mg.layers[-2], mg.layers[-1]
     vocab = Shard(mg.nodes_by_name()[head.output_names[0]].meta["val"].ndim - 1)
     options = {head.kind: solve_intra_layer(mg, head, tp, "none", cm, shard_params=True, out_layout=vocab),
                loss.kind: solve_intra_layer(mg, loss, tp, "none", cm, in_layout=vocab)}
-    plan = make_plan(mg, world, (dp, tp, "none", "none", "ddp"), gbs=4, m=1, name=f"{family}-{spec}", options=options)
-    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    if pp > 1:  # the loss on the last stage, two micro-batches
+        plan = make_plan(mg, world, (dp, tp, "none", "none", "ddp"), gbs=4, m=2, name=f"{family}-{spec}",
+                         options=options, pp=2, boundaries=(0, len(mg.layers) // 2), schedule="1f1b")
+        pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    else:
+        plan = make_plan(mg, world, (dp, tp, "none", "none", "ddp"), gbs=4, m=1, name=f"{family}-{spec}",
+                         options=options)
+        pm = ParallelModule(copy.deepcopy(model), mg, plan)
     opt = _sgd(pm.parameters())
-    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4, ignored=0.5), optim=_sgd)
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4, ignored=0.5), optim=_sgd,
+                 micro=plan.num_microbatches)
     res["class_sharded"] = _class_sharded(plan.layers[-1].placements)
-    res["mismatches"] = sorted(pm.executors[-1].mismatches)  # DTensor's own rule would gather
+    last = pm.executors[-1] if pp == 1 else (pm._last.body.executors[-1] if pm._last is not None else None)
+    res["mismatches"] = sorted(last.mismatches) if last is not None else []  # DTensor's own rule would gather
     return _param_errors(res, pm.state_dict())
 
 
@@ -346,6 +358,8 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
     vocab_spec = "tp2-vocab" if world == 2 else "dp2tp2-vocab"
     jobs += [(f"{f}/{vocab_spec}", (lambda f=f: _vocab_case(f, vocab_spec, world, cache))) for f in VOCAB_FAMILIES]
+    if world == 4:
+        jobs.append(("gpt2/pp2tp2-vocab", lambda: _vocab_case("gpt2", "pp2tp2-vocab", world, cache)))
     if world == 2:
         jobs += [(f"{f}/dp2-ignored", (lambda f=f: _ignored_dp_case(f, world, cache))) for f in ("gpt2", "bert", "t5")]
         jobs.append(("gpt2/loss_fn-vocab", lambda: _loss_fn_case("gpt2", world, vocab=True)))
@@ -423,11 +437,13 @@ def test_searched_vocab_parallel_loss_fn_trains_like_one_process(results2):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", VOCAB_FAMILIES)
-def test_hf_vocab_parallel_cross_entropy_at_dp2_tp2(results4, family):
-    res = assert_ok(results4, f"{family}/dp2tp2-vocab")
+@pytest.mark.parametrize("family,spec", [(f, "dp2tp2-vocab") for f in VOCAB_FAMILIES]
+                         + [("gpt2", "pp2tp2-vocab")])
+def test_hf_vocab_parallel_cross_entropy_at_world_4(results4, family, spec):
+    res = assert_ok(results4, f"{family}/{spec}")
     _check(res)
-    assert res["class_sharded"] and not res["mismatches"], res
+    assert res["class_sharded"], res
+    assert not any(by_case[f"{family}/{spec}"]["mismatches"] for by_case in results4.values())  # every rank
 
 
 def test_a_failing_pipeline_stage_is_an_error_on_every_rank(results2):
