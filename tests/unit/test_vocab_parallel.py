@@ -99,7 +99,8 @@ def test_search_picks_vocab_parallel_when_it_pays(gpt2):
     latency: gathering them once is cheaper than three latency-bound all-reduces, so the search
     gathers; with latency-free links the same tiny model goes vocab-parallel again."""
     a100 = gfx.Cluster.preset("dgx-a100-80g")
-    model, inputs = zoo.build("llama2-7b", batch_size=1, seq_len=1024, device="meta")
+    # Llama-2 7B's widths and vocabulary; two blocks are enough for the head and loss's choice
+    model, inputs = zoo.build("llama2-7b", batch_size=1, seq_len=1024, device="meta", overrides={"n_layers": 2})
     big = gfx.plan(gfx.capture(model, inputs), a100, global_batch_size=8, search={"tp": (4,), "pp": (1,)},
                    baselines=False)
     layout, nodes = _tail(big)
