@@ -250,6 +250,30 @@ def _compile_case(family: str, world: int) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _budget_case(family: str, world: int) -> dict:
+    """tp2 under a memory budget that forces weight sharding: searched (tp 2, no recompute, plain
+    data parallel: sharding a layer's weights is the only way to save memory) with no budget, then
+    with the budget below that plan's peak by half the largest layer's parameter bytes."""
+    import torch
+
+    import galvatron_fx as gfx
+
+    model, batch = hf_tiny.build(family)
+    space = {"tp": (2,), "pp": (1,), "recompute": ("none",), "dp_types": ("ddp",), "num_microbatches": (2,)}
+    cluster = gfx.Cluster.local_cpu(world)
+    mg = gfx.capture(model, (), example_kwargs={k: v[:2] for k, v in batch.items()})  # the micro-batch
+    free = gfx.plan(mg, cluster, global_batch_size=4, search=space, baselines=False)
+    cut = max(lp.predicted.memory_breakdown["params"] for lp in free.layers) // 2
+    budget = max(free.predicted.peak_memory_bytes) - cut
+    pm = gfx.compile(copy.deepcopy(model), cluster, batch, global_batch_size=4, memory_budget=budget, search=space)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=2)
+    res["budget"], res["peak"] = budget, max(pm.plan.predicted.peak_memory_bytes)
+    res["params_free"] = [lp.predicted.memory_breakdown["params"] for lp in free.layers]
+    res["params_tight"] = [lp.predicted.memory_breakdown["params"] for lp in pm.plan.layers]
+    return _param_errors(res, pm.state_dict())
+
+
 def _loss_fn_case(family: str, world: int, *, vocab: bool = False) -> dict:
     """``loss_fn=`` on the logits of a model called without labels (target last, positional).
     ``vocab``: searched on latency-free links, where the search picks vocab-parallel
@@ -363,6 +387,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     if world == 2:
         jobs += [(f"{f}/dp2-ignored", (lambda f=f: _ignored_dp_case(f, world, cache))) for f in ("gpt2", "bert", "t5")]
         jobs.append(("gpt2/loss_fn-vocab", lambda: _loss_fn_case("gpt2", world, vocab=True)))
+        jobs += [(f"{f}/tp2-budget", (lambda f=f: _budget_case(f, world))) for f in ("gpt2", "llama")]
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in hf_tiny.FAMILIES]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
@@ -428,6 +453,16 @@ def test_hf_mean_loss_over_dp_counts_every_rank_s_targets(results2, family):
     """dp2 with half the labels ignored, a different number on each rank: the reported loss is
     the one-process mean over all counted targets (not the mean of the ranks' means)."""
     _check(assert_ok(results2, f"{family}/dp2-ignored"))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_budget_that_forces_weight_sharding_trains_like_one_process(results2, family):
+    res = assert_ok(results2, f"{family}/tp2-budget")
+    _check(res)
+    assert res["peak"] <= res["budget"], res
+    # some layer keeps fewer parameter bytes than in the plan without a budget, none more
+    assert any(t < f for t, f in zip(res["params_tight"], res["params_free"])), res
+    assert all(t <= f for t, f in zip(res["params_tight"], res["params_free"])), res
 
 
 def test_searched_vocab_parallel_loss_fn_trains_like_one_process(results2):
