@@ -367,6 +367,25 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
+def _listed_file(path: Path, name: str, want) -> Path:
+    """The file a manifest entry names: only a plain file name (no directory part, no ``..``)
+    of a regular file inside ``path`` — a name that reaches outside the checkpoint, a link or a
+    device (``/dev/zero`` would never finish hashing) is refused, as is a malformed entry."""
+    forged = f"checkpoint {str(path)!r} is damaged or forged: its manifest"
+    plain = isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+    if not plain:
+        raise ConfigError(f"{forged} lists {name!r}, which is not a plain file name inside the checkpoint "
+                          "directory; load a checkpoint you trust")
+    if not (isinstance(want, dict) and type(want.get("bytes")) is int and want["bytes"] >= 0
+            and isinstance(want.get("sha256"), str)):
+        raise ConfigError(f"{forged} entry for {name} is not {{bytes, sha256}}; load a checkpoint you trust")
+    f = path / name
+    if f.is_symlink() or (f.exists() and not f.is_file()):
+        raise ConfigError(f"{forged} lists {name}, which is a link or not a regular file; a checkpoint holds only "
+                          "regular files: load a checkpoint you trust")
+    return f
+
+
 def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int, int] = (0, 1)) -> dict:
     """Check the checkpoint at ``path`` against its manifest (no process group needed): every
     listed file exists with its size and, when ``checksums``, its sha256 (only files ``i`` with
@@ -376,7 +395,7 @@ def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int,
     manifest = read_manifest(path)
     what = "restore the directory from a copy or load an earlier checkpoint"
     for i, (name, want) in enumerate(sorted(manifest["files"].items())):
-        f = path / name
+        f = _listed_file(path, name, want)
         if not f.exists():
             raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} is missing (the manifest lists it); {what}")
         size = f.stat().st_size
