@@ -69,6 +69,7 @@ import json
 import logging
 import operator
 import os
+import pickle
 import shutil
 import time
 import uuid
@@ -82,7 +83,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.tensor import DTensor, Replicate
 from torch.nn.modules.module import _IncompatibleKeys
 
@@ -367,6 +368,58 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
+# What DCP's ``.metadata`` pickle may name, and nothing else: its metadata records, the file
+# reader's storage info, sizes, dtypes, layouts, paths. Any other global (a function a forged file
+# would call) is refused before it is looked up.
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
+                                              "TensorStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch": {"Size"},
+    "torch.serialization": {"_get_layout"},
+    "pathlib": {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if name in _METADATA_GLOBALS.get(module, ()) or \
+                (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of DCP's metadata")
+
+
+def read_dcp_metadata(path: str | os.PathLike) -> Metadata:
+    """DCP's metadata of the checkpoint at ``path``, unpickled by an allow-list of DCP's own
+    record classes (no other code can run), holding tensors only; ``ConfigError`` otherwise."""
+    path = Path(path)
+    bad = f"checkpoint {str(path)!r} is damaged or forged: its {_DCP_METADATA}"
+    try:
+        with open(path / _DCP_METADATA, "rb") as f:
+            md = _MetadataUnpickler(f).load()
+    except Exception as e:  # noqa: BLE001 (whatever a damaged or forged file raises)
+        raise ConfigError(f"{bad} is not DCP metadata ({type(e).__name__}: {e}); load a checkpoint you trust") from None
+    if not isinstance(md, Metadata) or not isinstance(md.state_dict_metadata, dict):
+        raise ConfigError(f"{bad} holds a {type(md).__name__}, not DCP metadata; load a checkpoint you trust")
+    others = sorted(k for k, v in md.state_dict_metadata.items() if not isinstance(v, TensorStorageMetadata))
+    if others:  # non-tensor entries are read back with a full unpickler: a galvatron_fx save writes none
+        raise ConfigError(f"{bad} lists entries that are not tensors ({', '.join(map(str, others[:3]))}); "
+                          "a galvatron_fx checkpoint holds tensors only: load a checkpoint you trust")
+    return md
+
+
+class _Reader(FileSystemReader):
+    """DCP's file reader, reading its metadata through :func:`read_dcp_metadata`."""
+
+    def read_metadata(self, *args, **kwargs) -> Metadata:
+        md = read_dcp_metadata(self.path)
+        if getattr(md, "storage_meta", None) is None:
+            md.storage_meta = StorageMeta()
+        md.storage_meta.load_id = self.load_id
+        return md
+
+
 def _listed_file(path: Path, name: str, want) -> Path:
     """The file a manifest entry names: only a plain file name (no directory part, no ``..``)
     of a regular file inside ``path`` — a name that reaches outside the checkpoint, a link or a
@@ -386,10 +439,12 @@ def _listed_file(path: Path, name: str, want) -> Path:
     return f
 
 
-def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int, int] = (0, 1)) -> dict:
+def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int, int] = (0, 1),
+           always: tuple[str, ...] = ()) -> dict:
     """Check the checkpoint at ``path`` against its manifest (no process group needed): every
     listed file exists with its size and, when ``checksums``, its sha256 (only files ``i`` with
-    ``i % share[1] == share[0]``, so that ranks split the reading). Returns the manifest; raises
+    ``i % share[1] == share[0]``, so that ranks split the reading, and the files named in
+    ``always``: those this rank reads before the ranks agree). Returns the manifest; raises
     ``ConfigError`` naming the first bad file."""
     path = Path(path)
     manifest = read_manifest(path)
@@ -402,7 +457,7 @@ def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int,
         if size != want["bytes"]:
             raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} has {size} bytes, the manifest says "
                               f"{want['bytes']}{' (truncated)' if size < want['bytes'] else ''}; {what}")
-        if checksums and i % share[1] == share[0] and _sha256(f) != want["sha256"]:
+        if checksums and (i % share[1] == share[0] or name in always) and _sha256(f) != want["sha256"]:
             raise ConfigError(f"checkpoint {str(path)!r} is damaged: {name} does not match its sha256 in the "
                               f"manifest; {what}")
     return manifest
@@ -700,8 +755,9 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     want, copies = _expected_everywhere(bodies)
     problem, manifest, md, trainer, slot_of = None, None, None, None, {}
     try:
-        manifest = verify(where, checksums=checksums, share=(rank, world))
-        md = FileSystemReader(where).read_metadata()
+        # what every rank reads before the ranks agree, it checks itself first
+        manifest = verify(where, checksums=checksums, share=(rank, world), always=(_DCP_METADATA, TRAINER))
+        md = read_dcp_metadata(where)
         _check_metadata(want, where, md)
         trainer = torch.load(where / TRAINER, weights_only=True)
         slot_of = _optimizer_slots(bodies, optimizer)
@@ -720,7 +776,7 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
         except ConfigError as e:
             problem = str(e)
         _agree(problem)
-    reader = FileSystemReader(where)
+    reader = _Reader(where)
     try:
         for c in range(copies):  # every rank as many calls as the rank with the most copies
             dcp.load(_state_to_load(bodies, optimizer, slot_of, md, c), storage_reader=reader)

@@ -60,3 +60,60 @@ def test_a_malformed_entry_is_a_clear_error(tmp_path, want):
     (d / ck.MANIFEST).write_text(json.dumps(manifest | {"files": manifest["files"] | {"x.distcp": want}}))
     with pytest.raises(ConfigError, match="is not \\{bytes, sha256\\}"):
         ck.verify(d)
+
+
+# ---- DCP's metadata: an allow-listed unpickler -----------------------------------------------
+
+class _Payload:
+    """What a planted ``.metadata`` holds: unpickling it would run a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def _dcp_checkpoint(root, state) -> object:
+    import torch.distributed.checkpoint as dcp
+
+    d = root / "dcp"
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(d, single_file_per_rank=True), no_dist=True)
+    return d
+
+
+def test_dcp_metadata_reads_as_dcp_reads_it(tmp_path):
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+
+    d = _dcp_checkpoint(tmp_path, {"model.w": torch.randn(4, 3), "optim.step": torch.tensor(3.0),
+                                   "model.b": torch.zeros(2, dtype=torch.bfloat16)})
+    got, want = ck.read_dcp_metadata(d), FileSystemReader(d).read_metadata()
+    assert got.state_dict_metadata == want.state_dict_metadata
+    assert got.storage_data == want.storage_data
+
+
+def test_a_planted_payload_never_runs(tmp_path):
+    import pickle
+
+    d = _dcp_checkpoint(tmp_path, {"model.w": __import__("torch").randn(2)})
+    marker = tmp_path / "ran"
+    (d / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(ConfigError, match="not DCP metadata.*posix.system|not DCP metadata.*os.system"):
+        ck.read_dcp_metadata(d)
+    assert not marker.exists()
+    # the same pickle through DCP's own reader runs it: what the allow-list stops
+    from torch.distributed.checkpoint import FileSystemReader
+
+    with pytest.raises(Exception):
+        FileSystemReader(d).read_metadata()
+    assert marker.exists()
+
+
+def test_non_tensor_entries_are_refused(tmp_path):
+    """A non-tensor entry would be read back with a full unpickler; a save writes none."""
+    import torch
+
+    d = _dcp_checkpoint(tmp_path, {"model.w": torch.randn(2), "extra": {"a": 1}})
+    with pytest.raises(ConfigError, match="BytesStorageMetadata|not tensors"):
+        ck.read_dcp_metadata(d)
