@@ -109,11 +109,6 @@ def _all_reduce(t: torch.Tensor, op: str, mesh, axis: int, *, wait: bool = True)
     return funcol.wait_tensor(out) if wait and isinstance(out, funcol.AsyncCollectiveTensor) else out
 
 
-def _as(local: torch.Tensor, like: DTensor, placements=None) -> DTensor:
-    return DTensor.from_local(local, like.device_mesh, placements or like.placements, run_check=False,
-                              shape=like.shape, stride=like.stride())
-
-
 def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
@@ -131,9 +126,9 @@ class _LogSoftmax(torch.autograd.Function):
         out = shifted - sum_exp.log()
         out = out if half_to_float else out.to(local.dtype)
         ctx.save_for_backward(out)
-        ctx.dim, ctx.axis, ctx.in_dtype, ctx.x = dim, axis, local.dtype, (x.device_mesh, x.placements, x.shape, x.stride())
-        mesh, placements, shape, stride = ctx.x
-        return DTensor.from_local(out, mesh, placements, run_check=False, shape=shape, stride=stride)
+        ctx.dim, ctx.axis, ctx.in_dtype = dim, axis, local.dtype
+        ctx.x = (mesh, x.placements, x.shape, x.stride())
+        return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
 
     @staticmethod
     def backward(ctx, g: DTensor):
