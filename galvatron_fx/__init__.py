@@ -3,7 +3,8 @@
 from galvatron_fx import zoo
 from galvatron_fx.capture import capture
 from galvatron_fx.cluster import Cluster
-from galvatron_fx.errors import CaptureError, ConfigError, GalvatronError, PlanError, UnsupportedModelError
+from galvatron_fx.errors import (CaptureError, ConfigError, GalvatronError, PlanError, PrecisionError,
+                                 RankFailureError, UnsupportedModelError)
 from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
 from galvatron_fx.runtime.api import compile
 from galvatron_fx.search.candidates import SearchSpace
@@ -23,6 +24,8 @@ __all__ = [
     "ModelGraph",
     "ParallelPlan",
     "PlanError",
+    "PrecisionError",
+    "RankFailureError",
     "SearchSpace",
     "UnsupportedModelError",
     "capture",

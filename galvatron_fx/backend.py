@@ -66,6 +66,7 @@ import dataclasses
 import difflib
 import functools
 import logging
+import math
 import os
 import re
 import weakref
@@ -163,7 +164,7 @@ class BackendOptions:
                 continue
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
             if key == "memory_budget":
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
                 v = int(v) if ok else v
             if not ok:
                 what = "a positive number of bytes per device" if key == "memory_budget" else "an int >= 1"

@@ -15,7 +15,11 @@ Terms
   at the same time (shared memory bandwidth, SMs spent on communication kernels).
 
 The JSON form is strict: unknown keys, missing fields and negative or zero sizes raise
-``ConfigError`` naming the field (``cluster.device_specs['A100-80GB'].memory_bytes``).
+``ConfigError`` naming the field (``cluster.device_specs['A100-80GB'].memory_bytes``). Every
+number of a cluster, however built, lies within the sane ranges of :mod:`galvatron_fx.limits`:
+at most 2**20 devices, device memory in [2**20, 2**60] bytes, peak compute in [1e6, 1e21] FLOP/s,
+memory and link bandwidths in [1e6, 1e16] bytes/s, latencies and alphas in [0, 10] s, betas in
+[0, 1e-3] s/byte, overlap slowdown in [1, 100].
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -229,16 +234,8 @@ class Cluster:
         section is used, after checking its fingerprint against this machine only when loaded
         through ``galvatron_fx.profiler.hardware.load_profile``.
         """
-        text = str(path_or_str)
-        if not text.lstrip().startswith("{"):
-            p = Path(path_or_str)
-            if not p.exists():
-                raise ConfigError(f"cluster file {str(p)!r} does not exist; pass a path or a JSON string")
-            text = p.read_text()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"cluster JSON is malformed: {e}; check the file or regenerate it") from e
+        text, source = read_json_arg(path_or_str, "cluster")
+        data = limits.load_json(text, source, hint="check the file or regenerate it")
         if isinstance(data, dict) and "measurements" in data and "cluster" in data:
             data = data["cluster"]
         return _cluster_from_dict(data)
@@ -255,6 +252,7 @@ class Cluster:
             raise ConfigError(f"unknown cluster preset {name!r}; choose one of {sorted(_PRESETS)}")
         if nodes < 1:
             raise ConfigError(f"nodes must be >= 1, got {nodes}")
+        limits.DEGREE.check(nodes, "nodes")
         return _PRESETS[key](nodes)
 
     @classmethod
@@ -269,17 +267,18 @@ class Cluster:
         """
         if world_size < 1:
             raise ConfigError(f"world_size must be >= 1, got {world_size}")
+        limits.DEGREE.check(world_size, "world_size")
         fp = local_fingerprint(world_size)
         path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
         if path.exists():
             try:
-                data = json.loads(path.read_text())
+                data = limits.load_json(path.read_text(), f"hardware profile {str(path)!r}")
                 cluster = _cluster_from_dict(data["cluster"])
                 if cluster.fingerprint == fp and cluster.world_size == world_size:
                     logger.info("local_cpu: using cached hardware profile %s", path)
                     return cluster
                 logger.warning("local_cpu: %s does not match this machine; using defaults", path)
-            except (ConfigError, KeyError, json.JSONDecodeError) as e:
+            except (ConfigError, KeyError, TypeError, OSError, UnicodeDecodeError) as e:
                 logger.warning("local_cpu: ignoring unreadable profile %s (%s); using defaults", path, e)
         else:
             logger.info(
@@ -304,6 +303,28 @@ class Cluster:
         new_tier = dataclasses.replace(old, fits=merged)
         key = "intra_node" if new_tier.name is TierName.INTRA_NODE else "inter_node"
         return dataclasses.replace(self, **{key: new_tier}, **changes)
+
+
+def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:
+    """``(text, source)`` of an argument that is a JSON file's path or JSON text itself: text
+    when it starts like a JSON object or list, or when no file of that name exists and it parses
+    as JSON; else the file's contents (``ConfigError`` when it is missing or unreadable)."""
+    text = str(path_or_str)
+    if isinstance(path_or_str, str) and text.lstrip()[:1] in ("{", "["):
+        return text, f"{what} JSON"
+    p = Path(path_or_str)
+    try:
+        return p.read_text(), f"{what} file {str(p)!r}"
+    except FileNotFoundError:
+        if isinstance(path_or_str, str):
+            try:
+                json.loads(text)
+                return text, f"{what} JSON"
+            except (ValueError, RecursionError):
+                pass
+        raise ConfigError(f"{what} file {str(p)!r} does not exist; pass a path or a JSON string") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} file {str(p)!r} cannot be read: {e}") from None
 
 
 # -------------------------------------------------------------------- fingerprint & cache
@@ -560,25 +581,45 @@ def _check_keys(obj: Any, where: str, required: set[str], optional: set[str] = f
         raise ConfigError(f"{where}: missing required key(s) {sorted(missing)}")
 
 
-def _num(obj: Mapping[str, Any], key: str, where: str, *, positive: bool = True, integer: bool = False) -> Any:
+def _num(obj: Mapping[str, Any], key: str, where: str, *, positive: bool = True, integer: bool = False,
+         rng: limits.Range | None = None) -> Any:
     v = obj[key]
     ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok_type or (isinstance(v, float) and not math.isfinite(v)):
         kind = "an integer" if integer else "a finite number"
-        raise ConfigError(f"{where}.{key}: expected {kind}, got {v!r}")
+        sane = f" in {rng}" if rng is not None else ""
+        raise ConfigError(f"{where}.{key}: expected {kind}{sane}, got {limits.short_repr(v)}")
+    if not integer:
+        try:
+            v = float(v)
+        except OverflowError:
+            raise ConfigError(f"{where}.{key}: {limits.short_repr(v)} is too large for a float"
+                              + (f"; its sane range is {rng}" if rng is not None else "")) from None
     if positive and v <= 0:
-        raise ConfigError(f"{where}.{key}: must be > 0, got {v!r}")
+        raise ConfigError(f"{where}.{key}: must be > 0, got {limits.short_repr(v)}")
     if not positive and v < 0:
-        raise ConfigError(f"{where}.{key}: must be >= 0, got {v!r}")
+        raise ConfigError(f"{where}.{key}: must be >= 0, got {limits.short_repr(v)}")
+    if rng is not None:
+        rng.check(v, f"{where}.{key}")
     return v
 
 
+_FIT_GROUP = limits.Range(2, limits.DEGREE.hi, "ranks", integer=True)
+_POINT_BYTES = limits.Range(1, limits.BYTES.hi, "bytes", integer=True)
+_POINT_S = limits.Range(0, 1e4, "s")
+
+
 def _validate_cluster(c: Cluster) -> None:
-    """Checks on a constructed cluster (impossible clusters raise ``ConfigError``)."""
-    if c.num_nodes < 1:
+    """Checks on a constructed cluster (impossible clusters, and numbers outside the sane ranges
+    of :mod:`galvatron_fx.limits`, raise ``ConfigError``)."""
+    if isinstance(c.num_nodes, int) and c.num_nodes < 1:
         raise ConfigError(f"cluster.num_nodes must be >= 1, got {c.num_nodes}")
-    if c.devices_per_node < 1:
+    if isinstance(c.devices_per_node, int) and c.devices_per_node < 1:
         raise ConfigError(f"cluster.devices_per_node must be >= 1, got {c.devices_per_node} (zero devices)")
+    limits.DEGREE.check(c.num_nodes, "cluster.num_nodes")
+    limits.DEGREE.check(c.devices_per_node, "cluster.devices_per_node")
+    limits.DEGREE.check(c.num_nodes * c.devices_per_node, "cluster.num_nodes × devices_per_node (the world size)",
+                        "galvatron_fx plans for at most 2**20 devices")
     if len(c.node_kinds) != c.num_nodes:
         raise ConfigError(
             f"cluster.node_kinds has {len(c.node_kinds)} entries but num_nodes is {c.num_nodes}; "
@@ -589,27 +630,49 @@ def _validate_cluster(c: Cluster) -> None:
             raise ConfigError(f"cluster.node_kinds[{i}] = {k!r} is not in device_specs {sorted(c.device_specs)}")
     for k, s in c.device_specs.items():
         w = f"cluster.device_specs[{k!r}]"
-        if s.memory_bytes <= 0:
+        if _is_real(s.memory_bytes) and s.memory_bytes <= 0:
             raise ConfigError(f"{w}.memory_bytes must be > 0, got {s.memory_bytes}")
-        if s.memory_bandwidth_bytes_s <= 0:
+        if _is_real(s.memory_bandwidth_bytes_s) and s.memory_bandwidth_bytes_s <= 0:
             raise ConfigError(f"{w}.memory_bandwidth_bytes_s must be > 0, got {s.memory_bandwidth_bytes_s}")
+        limits.DEVICE_MEMORY.check(s.memory_bytes, f"{w}.memory_bytes", "give the device's memory in bytes")
+        limits.BYTES_S.check(s.memory_bandwidth_bytes_s, f"{w}.memory_bandwidth_bytes_s",
+                             "give the device's memory bandwidth in bytes per second")
         if not s.peak_flops:
             raise ConfigError(f"{w}.peak_flops is empty; give at least 'float32'")
         for d, f in s.peak_flops.items():
-            if not f > 0:
+            if _is_real(f) and not f > 0:
                 raise ConfigError(f"{w}.peak_flops[{d!r}] must be > 0, got {f}")
+            limits.FLOPS.check(f, f"{w}.peak_flops[{d!r}]", "give the device's dense peak in FLOP per second "
+                                                            "(e.g. 312e12 for an A100 in bfloat16)")
     for t in (c.intra_node, c.inter_node):
         w = f"cluster.{t.name}"
-        if t.latency_s < 0:
+        if _is_real(t.latency_s) and t.latency_s < 0:
             raise ConfigError(f"{w}.latency_s must be >= 0, got {t.latency_s}")
-        if t.bandwidth_bytes_s <= 0:
+        if _is_real(t.bandwidth_bytes_s) and t.bandwidth_bytes_s <= 0:
             raise ConfigError(f"{w}.bandwidth_bytes_s must be > 0, got {t.bandwidth_bytes_s}")
+        limits.LATENCY_S.check(t.latency_s, f"{w}.latency_s", "give the link's latency in seconds")
+        limits.BYTES_S.check(t.bandwidth_bytes_s, f"{w}.bandwidth_bytes_s",
+                             "give the per-device bus bandwidth in bytes per second")
         for coll, per in t.fits.items():
             for n, f in per.items():
-                if n < 2 or f.alpha_s < 0 or f.beta_s_per_byte < 0:
-                    raise ConfigError(f"{w}.fits[{str(coll)!r}][{n}] is invalid: {f} (group size >= 2, alpha/beta >= 0)")
-    if c.overlap_slowdown < 1.0:
+                fw = f"{w}.fits[{str(coll)!r}][{n!r}]"
+                if not _is_real(n) or n < 2 or not _is_real(f.alpha_s) or f.alpha_s < 0 \
+                        or not _is_real(f.beta_s_per_byte) or f.beta_s_per_byte < 0:
+                    raise ConfigError(f"{fw} is invalid: {f} (group size >= 2, alpha/beta >= 0)")
+                _FIT_GROUP.check(n, f"{fw}: group size")
+                limits.LATENCY_S.check(f.alpha_s, f"{fw}.alpha_s")
+                limits.SECONDS_PER_BYTE.check(f.beta_s_per_byte, f"{fw}.beta_s_per_byte")
+                for i, (nbytes, time_s) in enumerate(f.points):
+                    _POINT_BYTES.check(nbytes, f"{fw}.points[{i}][0] (bytes)")
+                    _POINT_S.check(time_s, f"{fw}.points[{i}][1] (seconds)")
+    if _is_real(c.overlap_slowdown) and c.overlap_slowdown < 1.0:
         raise ConfigError(f"cluster.overlap_slowdown must be >= 1, got {c.overlap_slowdown}")
+    limits.OVERLAP.check(c.overlap_slowdown, "cluster.overlap_slowdown")
+
+
+def _is_real(v: Any) -> bool:
+    """A finite int or float (not a bool): one the ordering checks above can compare."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
@@ -643,14 +706,14 @@ def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
             if not ok or [q[0] for q in points] != sorted({q[0] for q in points}):
                 raise ConfigError(f"{fw}.points: expected [[nbytes > 0, time_s > 0], ...] with increasing nbytes")
             fits.setdefault(coll, {})[n] = CollectiveFit(
-                alpha_s=float(_num(f, "alpha_s", fw, positive=False)),
-                beta_s_per_byte=float(_num(f, "beta_s_per_byte", fw, positive=False)),
+                alpha_s=float(_num(f, "alpha_s", fw, positive=False, rng=limits.LATENCY_S)),
+                beta_s_per_byte=float(_num(f, "beta_s_per_byte", fw, positive=False, rng=limits.SECONDS_PER_BYTE)),
                 points=tuple((int(a), float(b)) for a, b in points),
             )
     return LinkTier(
         name=expect,
-        latency_s=float(_num(d, "latency_s", where, positive=False)),
-        bandwidth_bytes_s=float(_num(d, "bandwidth_bytes_s", where)),
+        latency_s=float(_num(d, "latency_s", where, positive=False, rng=limits.LATENCY_S)),
+        bandwidth_bytes_s=float(_num(d, "bandwidth_bytes_s", where, rng=limits.BYTES_S)),
         fits=fits,
     )
 
@@ -667,8 +730,8 @@ def _cluster_from_dict(d: Any) -> Cluster:
         raise ConfigError(f"{w}.schema_version: this galvatron_fx reads version {SCHEMA_VERSION}, got {version!r}")
     if not isinstance(d["name"], str):
         raise ConfigError(f"{w}.name: expected a string")
-    num_nodes = _num(d, "num_nodes", w, integer=True)
-    dpn = _num(d, "devices_per_node", w, integer=True)
+    num_nodes = _num(d, "num_nodes", w, integer=True, rng=limits.DEGREE)
+    dpn = _num(d, "devices_per_node", w, integer=True, rng=limits.DEGREE)
     specs_raw = d["device_specs"]
     if not isinstance(specs_raw, Mapping) or not specs_raw:
         raise ConfigError(f"{w}.device_specs: expected a non-empty object of device kind -> spec")
@@ -683,9 +746,9 @@ def _cluster_from_dict(d: Any) -> Cluster:
             raise ConfigError(f"{sw}.peak_flops: expected a non-empty object of dtype -> FLOP/s")
         specs[kind] = DeviceSpec(
             kind=kind,
-            memory_bytes=int(_num(s, "memory_bytes", sw, integer=True)),
-            peak_flops={str(k): float(_num(pf, k, f"{sw}.peak_flops")) for k in pf},
-            memory_bandwidth_bytes_s=float(_num(s, "memory_bandwidth_bytes_s", sw)),
+            memory_bytes=int(_num(s, "memory_bytes", sw, integer=True, rng=limits.DEVICE_MEMORY)),
+            peak_flops={str(k): float(_num(pf, k, f"{sw}.peak_flops", rng=limits.FLOPS)) for k in pf},
+            memory_bandwidth_bytes_s=float(_num(s, "memory_bandwidth_bytes_s", sw, rng=limits.BYTES_S)),
         )
     kinds = d["node_kinds"]
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):

@@ -21,3 +21,12 @@ class ConfigError(GalvatronError, ValueError):
 
 class PlanError(GalvatronError):
     """No plan fits, or a plan does not match the model, cluster or world size."""
+
+
+class RankFailureError(GalvatronError):
+    """A peer rank stopped answering (stopped, hung, or died) during a collective; raised on
+    every surviving rank, naming the ranks that did not answer."""
+
+
+class PrecisionError(GalvatronError):
+    """Training cannot go on in the plan's precision: its values overflow it (fp16's range)."""

@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx.cluster import Cluster, DeviceSpec
+from galvatron_fx.cluster import Cluster, DeviceSpec, read_json_arg
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
 
@@ -140,16 +141,8 @@ class ComputeEfficiency:
     @classmethod
     def from_json(cls, path_or_str: str | os.PathLike) -> ComputeEfficiency:
         """Load from a JSON file path or a JSON string."""
-        text = str(path_or_str)
-        if not text.lstrip().startswith("{"):
-            p = Path(path_or_str)
-            if not p.exists():
-                raise ConfigError(f"compute efficiency file {str(p)!r} does not exist; pass a path or a JSON string")
-            text = p.read_text()
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"compute efficiency JSON is malformed: {e}") from e
+        text, source = read_json_arg(path_or_str, "compute efficiency")
+        return cls.from_dict(load_json(text, source))
 
 
 # Measured on the development machine (2 shared cores, torch 2.13 CPU, 1 thread) with profile_model

@@ -124,6 +124,7 @@ from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.pipeline import PipelineResult, StageCost
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json
 
 logger = logging.getLogger(__name__)
 
@@ -921,8 +922,8 @@ def calibrate(*, worlds: Sequence[int] = (2, 4), cache_dir: str | os.PathLike | 
     cal = None
     if use_cache and path.exists():
         try:
-            cal = CPURuntimeCalibration.from_dict(json.loads(path.read_text()))
-        except (ConfigError, json.JSONDecodeError) as e:
+            cal = CPURuntimeCalibration.from_dict(load_json(path.read_text(), f"calibration {str(path)!r}"))
+        except (ConfigError, OSError, UnicodeDecodeError) as e:
             logger.warning("cpu_runtime: ignoring unreadable calibration %s (%s)", path, e)
     say = (lambda msg: print(f"cpu_runtime: {msg}", file=sys.stderr, flush=True)) if progress else (lambda m: None)
     load = os.getloadavg()[0]

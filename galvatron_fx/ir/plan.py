@@ -24,8 +24,15 @@ Terms
     parallelism in the plan (max dp over layers), so
     ``global_batch_size = micro_batch_size × num_microbatches × max dp``; a layer with a smaller dp
     sees ``global_batch_size / num_microbatches / dp`` samples per rank and micro-batch.
-    *placement*: a node's DTensor placements as a string, one per mesh axis of the layer's
-    (dp, tp) mesh: ``"S(0)"``, ``"R"``, ``"P"``, ``"S(0)S(1)"``.
+    *placement*: a node's placements on the tp axis of the layer's (dp, tp) mesh as a string, its
+    tensor inputs', ``->``, its outputs': ``"S(1),R->S(2)"``, ``"->R"`` for a placeholder
+    (grammar and checks: :mod:`galvatron_fx.ir.placements`). Checked for syntax when a plan is
+    built; against the graph (dims within each tensor's rank) once a layer is decomposed.
+
+Ranges
+    Every number is checked against the sane ranges of :mod:`galvatron_fx.limits` (world size and
+    degrees ≤ 2**20, batches ≤ 2**30, bytes ≤ 2**60, times ≤ 1e12 s), so that an absurd value is a
+    ``ConfigError`` naming the field, never work or arithmetic proportional to it.
 
 Units
     Per-layer times (:class:`LayerPrediction`) are seconds per training step on one rank of the
@@ -45,7 +52,14 @@ JSON (schema_version 1)
     "reason"}]}],
     "predicted": {"step_time_s", "throughput_samples_s", "peak_memory_bytes": [int per stage],
     "memory_budget_bytes", "bubble_fraction", "breakdown": {str: float}},
-    "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str]}``
+    "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str],
+    "cluster": {the cluster's JSON} (optional), "graph": {"params": [[name, shape, dtype]],
+    "inputs": [[shape past the batch, dtype]]} (optional)}``
+
+A plan is bound to its model graph and cluster: ``graph_hash`` (see :func:`graph_hash`; the batch
+is not part of it) is checked by ``compile(plan=...)``, which names the first differing layer, and
+``cluster`` (the description planned for) and ``graph`` (parameter and input shapes) let a
+mismatch be reported by the field or parameter that differs.
 """
 
 from __future__ import annotations
@@ -63,9 +77,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.inspect import fmt_bytes, format_table
 from galvatron_fx.ir.graph import LayerRole
+from galvatron_fx.ir.placements import PLACEMENT_HELP, placement_problem
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Recompute, SPMode
 
 if TYPE_CHECKING:
@@ -210,6 +226,8 @@ class ParallelPlan:
     solver_stats: dict[str, Any] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    cluster: dict[str, Any] | None = None
+    graph: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -219,6 +237,8 @@ class ParallelPlan:
         set_(self, "solver_stats", dict(self.solver_stats))
         set_(self, "baseline", None if self.baseline is None else dict(self.baseline))
         set_(self, "notes", tuple(self.notes))
+        set_(self, "cluster", None if self.cluster is None else json.loads(json.dumps(self.cluster)))
+        set_(self, "graph", None if self.graph is None else json.loads(json.dumps(self.graph)))
         problems = _check_invariants(self)
         if problems:
             raise _InvalidPlan(problems)
@@ -257,6 +277,8 @@ class ParallelPlan:
             "solver_stats": dict(self.solver_stats),
             "baseline": None if self.baseline is None else dict(self.baseline),
             "notes": list(self.notes),
+            **({} if self.cluster is None else {"cluster": json.loads(json.dumps(self.cluster))}),
+            **({} if self.graph is None else {"graph": json.loads(json.dumps(self.graph))}),
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -279,14 +301,9 @@ class ParallelPlan:
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "plan JSON") -> ParallelPlan:
-        """Parse JSON text; malformed JSON is a ``ConfigError`` with line and column."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(
-                f"{source} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; "
-                f"fix the file or {_REPLAN}"
-            ) from None
+        """Parse JSON text; malformed JSON (reported with line and column) or JSON nested too
+        deep is a ``ConfigError``."""
+        data = limits.load_json(text, source, hint=f"fix the file or {_REPLAN}")
         return cls.from_dict(data, source=source)
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -586,7 +603,7 @@ class ParallelPlan:
         if lp.placements:
             shown = list(lp.placements.items())[:12]
             more = len(lp.placements) - len(shown)
-            out += ["", f"placements ({len(lp.placements)} node{'s' if len(lp.placements) != 1 else ''}, placement per mesh axis (dp, tp)):"]
+            out += ["", f"placements ({len(lp.placements)} node{'s' if len(lp.placements) != 1 else ''}, tp placements of inputs -> outputs):"]
             out += [f"  {n}: {pl}" for n, pl in shown] + ([f"  … {more} more"] if more > 0 else [])
         return "\n".join(out)
 
@@ -594,16 +611,107 @@ class ParallelPlan:
 # ---- hashes ---------------------------------------------------------------------------------
 
 def graph_hash(mg: ModelGraph) -> str:
-    """sha256 of what a plan depends on in the graph: each layer's name, role and structural kind
-    (ops, shapes, dtypes, wiring) and every parameter's name, shape, dtype and flags, plus the
-    example input shapes/dtypes. Stable across processes and graph copies (no ``id()``)."""
+    """sha256 of what a plan depends on in the graph: each layer's name, role and which layers
+    share its structural kind, every parameter's name, shape, dtype and flags, and the example
+    inputs' dtypes and shapes past dim 0. Not the batch (a plan sets its own: a capture at another
+    batch, such as ``compile``'s at the micro-batch, hashes equal). Stable across processes and
+    graph copies (no ``id()``)."""
     payload = {
-        "layers": [[l.name, str(l.role), l.kind] for l in mg.layers],
+        "layers": [[l.name, str(l.role), c] for l, c in zip(mg.layers, _kind_classes([l.kind for l in mg.layers]))],
         "params": sorted([p.name, list(p.shape), p.dtype, p.is_buffer, p.requires_grad, list(p.aliases)]
                          for p in mg.params.values()),
-        "inputs": [[list(s) for s in mg.example_shapes], list(mg.example_dtypes)],
+        "inputs": [[list(s)[1:] for s in mg.example_shapes], list(mg.example_dtypes)],
     }
     return _sha256_json(payload)
+
+
+def graph_summary(mg: ModelGraph) -> dict[str, Any]:
+    """What :func:`graph_hash` covers besides the layers, in plain JSON: every parameter's name,
+    shape and dtype, and the inputs' shapes past the batch and dtypes (a plan's ``graph``)."""
+    return {"params": sorted([p.name, list(p.shape), p.dtype] for p in mg.params.values()),
+            "inputs": [[list(s)[1:], d] for s, d in zip(mg.example_shapes, mg.example_dtypes)]}
+
+
+def _summary_difference(theirs: Any, mine: dict[str, Any]) -> str | None:
+    """The first difference between a plan's ``graph`` summary and this model's (None: none
+    found, or the plan's summary is not in the expected form)."""
+    if not isinstance(theirs, dict):
+        return None
+    ti, mi = theirs.get("inputs"), mine["inputs"]
+    if isinstance(ti, list) and ti != mi:
+        for k, (a, b) in enumerate(zip(ti, mi)):
+            if a != b:
+                return f"input {k} is {_short_value(a)} past the batch in the plan, {_short_value(b)} here"
+        return f"the plan has {len(ti)} inputs, this model {len(mi)}"
+    tp = theirs.get("params")
+    if not isinstance(tp, list) or not all(isinstance(x, list) and len(x) == 3 for x in tp):
+        return None
+    tmap, mmap = {str(x[0]): x[1:] for x in tp}, {x[0]: x[1:] for x in mine["params"]}
+    for name in sorted(set(tmap) | set(mmap)):
+        a, b = tmap.get(name), mmap.get(name)
+        if a is None:
+            return f"parameter {name!r} is not in the plan's model"
+        if b is None:
+            return f"the plan's model has a parameter {name!r}, this one has not"
+        if a != b:
+            return f"parameter {name!r} is {_short_value(a[0])} {a[1]} in the plan, {_short_value(b[0])} {b[1]} here"
+    return None
+
+
+def _kind_classes(kinds: list[str]) -> list[int]:
+    """Each layer's kind as the index of the first layer of that kind (batch-independent)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(k, i) for i, k in enumerate(kinds)]
+
+
+def model_mismatch(plan: ParallelPlan, mg: ModelGraph) -> str | None:
+    """The first difference between the model graph ``plan`` was made for and ``mg`` (None when
+    the graph hashes agree): layer count, a layer's name or role, which layers repeat which, then
+    parameters and input shapes as a whole (the plan holds only their hash)."""
+    if graph_hash(mg) == plan.graph_hash:
+        return None
+    head = (f"plan {plan.model!r} was made for another model than this {mg.name!r}" if plan.model != mg.name else
+            f"plan {plan.model!r} was made for another graph than this model's")
+    fix = f"{_REPLAN} for this model, or pass the model the plan was made for"
+    theirs, mine = plan.layers, mg.layers
+    for i, (a, b) in enumerate(zip(theirs, mine)):
+        if (a.name, str(a.role)) != (b.name, str(b.role)):
+            return f"{head}: layer {i} is {a.name!r} ({a.role}) in the plan, {b.name!r} ({b.role}) in this model; {fix}"
+    if len(theirs) != len(mine):
+        return f"{head}: the plan has {len(theirs)} layers, this model {len(mine)}; {fix}"
+    pc, mc = _kind_classes([lp.kind for lp in theirs]), _kind_classes([l.kind for l in mine])
+    for i, (a, b) in enumerate(zip(pc, mc)):
+        if a != b:
+            if a == i:
+                return (f"{head}: layer {mine[i].name!r} has its own structure in the plan, the structure of "
+                        f"{mine[b].name!r} in this model; {fix}")
+            return (f"{head}: layer {mine[i].name!r} repeats {theirs[a].name!r} in the plan but not in this model "
+                    f"(a changed block); {fix}")
+    what = _summary_difference(plan.graph, graph_summary(mg))
+    if what is None:
+        what = "parameter shapes or dtypes, or the input shapes past the batch (e.g. the sequence length), differ"
+    return (f"{head}: the layers agree, but {what}: another configuration (graph hash {plan.graph_hash[:12]} in "
+            f"the plan, {graph_hash(mg)[:12]} here); {fix}")
+
+
+def cluster_differences(plan: ParallelPlan, cluster: Cluster) -> list[str]:
+    """What differs between the cluster ``plan`` was made for and ``cluster`` (``field: plan →
+    this``; only the hash when the plan does not carry its cluster); empty when they hash equal."""
+    if cluster_hash(cluster) == plan.cluster_hash:
+        return []
+    if plan.cluster is None:
+        return [f"cluster hash {plan.cluster_hash[:12]} → {cluster_hash(cluster)[:12]}"]
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, at: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k), b.get(k), f"{at}.{k}" if at else k)
+        elif a != b:
+            out.append(f"{at}: {_short_value(a)} → {_short_value(b)}")
+
+    walk(plan.cluster, json.loads(cluster.to_json()), "")
+    return out or [f"cluster hash {plan.cluster_hash[:12]} → {cluster_hash(cluster)[:12]}"]
 
 
 def cluster_hash(cluster: Cluster) -> str:
@@ -629,10 +737,9 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
     pr: list[tuple[str, str]] = []
     if plan.schema_version != SCHEMA_VERSION:
         pr.append(("schema_version", f"is {plan.schema_version!r}; this galvatron_fx reads {SCHEMA_VERSION}"))
-    for f in ("world_size", "pp", "num_microbatches", "virtual_stages", "global_batch_size", "micro_batch_size"):
-        v = getattr(plan, f)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            pr.append((f, f"must be a positive integer, got {v!r}"))
+    for f, rng in _SCALAR_RANGES.items():
+        if (problem := rng.problem(getattr(plan, f))) is not None:
+            pr.append((f, problem))
     if plan.schedule not in SCHEDULES:
         pr.append(("schedule", f"= {plan.schedule!r} is not one of {', '.join(SCHEDULES)}"))
     if plan.precision not in PRECISIONS:
@@ -696,6 +803,12 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
         if lp.name in names:
             pr.append((f"{at}.name", f"= {lp.name!r} is used by an earlier layer too"))
         names.add(lp.name)
+        for node, s in lp.placements.items():
+            if (problem := placement_problem(s)) is not None:
+                first = not any(".placements[" in f for f, _ in pr)
+                pr.append((f"{at}.placements[{node!r}]", f"= {s!r} (layer {lp.name}, node {node}) {problem}"
+                                                         + (f"; {PLACEMENT_HELP}" if first else "")))
+                break
         if not any(f.startswith("stage_boundaries") for f, _ in pr) and lp.stage != chunk_of[i] % pp:
             pr.append((f"{at}.stage", f"= {lp.stage} but stage_boundaries put layer {i} ({lp.name}) on stage "
                                       f"{chunk_of[i] % pp}"))
@@ -729,12 +842,16 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
     pd = plan.predicted
     if len(pd.peak_memory_bytes) != pp:
         pr.append(("predicted.peak_memory_bytes", f"has {len(pd.peak_memory_bytes)} entries, expected one per stage ({pp})"))
-    for f in ("step_time_s", "throughput_samples_s", "bubble_fraction"):
-        val = getattr(pd, f)
-        if not _is_num(val) or val < 0:
-            pr.append((f"predicted.{f}", f"must be a finite number >= 0, got {val!r}"))
-    if _is_num(pd.bubble_fraction) and pd.bubble_fraction > 1:
-        pr.append(("predicted.bubble_fraction", f"= {pd.bubble_fraction} is above 1"))
+    for f, rng in (("step_time_s", limits.SECONDS), ("throughput_samples_s", _THROUGHPUT),
+                   ("bubble_fraction", _FRACTION), ("memory_budget_bytes", limits.BYTES)):
+        if (problem := rng.problem(getattr(pd, f))) is not None:
+            pr.append((f"predicted.{f}", problem))
+    for s, b in enumerate(pd.peak_memory_bytes):
+        if (problem := limits.BYTES.problem(b)) is not None:
+            pr.append((f"predicted.peak_memory_bytes[{s}]", problem))
+    for k, v in pd.breakdown.items():
+        if (problem := _SIGNED_SECONDS.problem(v)) is not None:
+            pr.append((f"predicted.breakdown.{k}", problem))
     if "search_s" not in plan.solver_stats or not _is_num(plan.solver_stats["search_s"]):
         pr.append(("solver_stats.search_s", "is missing or not a number (seconds the search took)"))
     if plan.baseline is not None and (not isinstance(plan.baseline.get("name"), str)
@@ -754,6 +871,12 @@ def _check_prediction(p: LayerPrediction, at: str) -> list[tuple[str, str]]:
         v = getattr(p, f)
         if not _is_num(v) or v < 0:
             pr.append((f"{at}.{f}", f"must be a finite number >= 0, got {v!r}"))
+        elif (problem := limits.SECONDS.problem(v)) is not None:
+            pr.append((f"{at}.{f}", problem))
+    for f, v in (("memory_bytes", p.memory_bytes), *((f"memory_breakdown.{k}", b) for k, b in p.memory_breakdown.items())):
+        if (problem := limits.BYTES.problem(v)) is not None:
+            pr.append((f"{at}.{f}", problem))
+            return pr
     if p.memory_breakdown and sum(p.memory_breakdown.values()) != p.memory_bytes:
         pr.append((f"{at}.memory_breakdown", f"sums to {sum(p.memory_breakdown.values())}, but memory_bytes "
                                              f"= {p.memory_bytes}"))
@@ -762,6 +885,15 @@ def _check_prediction(p: LayerPrediction, at: str) -> list[tuple[str, str]]:
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_SCALAR_RANGES = {"world_size": limits.DEGREE, "pp": limits.DEGREE, "num_microbatches": limits.MICROBATCHES,
+                  "virtual_stages": limits.DEGREE, "global_batch_size": limits.BATCH,
+                  "micro_batch_size": limits.BATCH}
+_THROUGHPUT = limits.Range(0, 1e15, "samples/s")
+_INDEX = limits.Range(0, 2**20, integer=True)  # a stage, a rank, a layer index
+_FRACTION = limits.Range(0, 1)
+_SIGNED_SECONDS = limits.Range(-1e12, 1e12, "s")
 
 
 # ---- parsing (JSON → constructor arguments) -------------------------------------------------
@@ -775,6 +907,7 @@ class _FieldError(Exception):
 _TOP_KEYS = ("schema_version", "model", "graph_hash", "cluster_hash", "world_size", "pp", "num_microbatches",
              "schedule", "virtual_stages", "global_batch_size", "micro_batch_size", "stage_boundaries",
              "stage_ranks", "precision", "layers", "predicted", "solver_stats", "baseline", "notes")
+_OPTIONAL_TOP_KEYS = ("cluster", "graph")
 _DIFF_FIELDS = ("model", "graph_hash", "cluster_hash", "world_size", "pp", "num_microbatches", "schedule",
                 "virtual_stages", "global_batch_size", "micro_batch_size", "stage_boundaries", "stage_ranks",
                 "precision")
@@ -806,17 +939,25 @@ def _join(at: str, key: str) -> str:
     return f"{at}.{key}" if at else key
 
 
-def _int(v: Any, at: str, *, lo: int | None = None) -> int:
+def _int(v: Any, at: str, *, lo: int | None = None, rng: limits.Range | None = None) -> int:
+    """An integer field, at least ``lo`` and within the sane range ``rng``."""
     if not isinstance(v, int) or isinstance(v, bool):
-        raise _FieldError(at, f"must be an integer, got {_jtype(v)} {v!r}")
+        sane = f" in {rng}" if rng is not None else ""
+        raise _FieldError(at, f"must be an integer{sane}, got {_jtype(v)} {limits.short_repr(v)}")
     if lo is not None and v < lo:
         raise _FieldError(at, f"= {v} must be >= {lo}")
+    if rng is not None and (problem := rng.problem(v)) is not None:
+        raise _FieldError(at, problem)
     return v
 
 
-def _num(v: Any, at: str) -> float:
+def _num(v: Any, at: str, rng: limits.Range | None = None) -> float:
+    """A finite number field within the sane range ``rng``."""
     if not _is_num(v):
-        raise _FieldError(at, f"must be a finite number, got {_jtype(v)} {v!r}")
+        sane = f" in {rng}" if rng is not None else ""
+        raise _FieldError(at, f"must be a finite number{sane}, got {_jtype(v)} {limits.short_repr(v)}")
+    if rng is not None and (problem := rng.problem(v)) is not None:
+        raise _FieldError(at, problem)
     return float(v)
 
 
@@ -842,7 +983,7 @@ def _dict_of(v: Any, at: str, conv) -> dict:
 
 def _parse_strategy(v: Any, at: str) -> LayerStrategy:
     d = _obj(v, at, ("tp", "sp", "dp_type", "recompute"))
-    tp = _int(d["tp"], f"{at}.tp", lo=1)
+    tp = _int(d["tp"], f"{at}.tp", rng=limits.DEGREE)
     sp = _str(d["sp"], f"{at}.sp", tuple(SPMode))
     dpt = _str(d["dp_type"], f"{at}.dp_type", tuple(DPType))
     rc = _str(d["recompute"], f"{at}.recompute", tuple(Recompute))
@@ -857,9 +998,9 @@ def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
     return LayerPrediction(
         fwd_s=_num(d["fwd_s"], f"{at}.fwd_s"), bwd_s=_num(d["bwd_s"], f"{at}.bwd_s"),
         comm_s=_num(d["comm_s"], f"{at}.comm_s"), transition_s=_num(d["transition_s"], f"{at}.transition_s"),
-        memory_bytes=_int(d["memory_bytes"], f"{at}.memory_bytes", lo=0),
+        memory_bytes=_int(d["memory_bytes"], f"{at}.memory_bytes", lo=0, rng=limits.BYTES),
         memory_breakdown=_dict_of(d["memory_breakdown"], f"{at}.memory_breakdown",
-                                  lambda x, a: _int(x, a, lo=0)),
+                                  lambda x, a: _int(x, a, lo=0, rng=limits.BYTES)),
     )
 
 
@@ -876,7 +1017,7 @@ def _parse_layer(v: Any, at: str) -> LayerPlan:
     return LayerPlan(
         name=_str(d["name"], f"{at}.name"), kind=_str(d["kind"], f"{at}.kind"),
         role=LayerRole(_str(d["role"], f"{at}.role", tuple(LayerRole))),
-        stage=_int(d["stage"], f"{at}.stage", lo=0), dp=_int(d["dp"], f"{at}.dp", lo=1),
+        stage=_int(d["stage"], f"{at}.stage", lo=0, rng=_INDEX), dp=_int(d["dp"], f"{at}.dp", rng=limits.DEGREE),
         strategy=_parse_strategy(d["strategy"], f"{at}.strategy"),
         placements=_dict_of(d["placements"], f"{at}.placements", _str),
         predicted=_parse_layer_prediction(d["predicted"], f"{at}.predicted"),
@@ -889,44 +1030,50 @@ def _parse_plan(data: Any) -> dict[str, Any]:
     if isinstance(data, dict) and "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
         raise _FieldError("schema_version", f"is {data['schema_version']!r}; this galvatron_fx reads plans of "
                                             f"schema {SCHEMA_VERSION}")
-    d = _obj(data, "", _TOP_KEYS)
+    d = _obj(data, "", _TOP_KEYS, optional=_OPTIONAL_TOP_KEYS)
+    for key in _OPTIONAL_TOP_KEYS:
+        if d.get(key) is not None and not isinstance(d[key], dict):
+            raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
     pd = _obj(d["predicted"], "predicted", _PRED_KEYS)
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
         baseline = {"name": _str(baseline["name"], "baseline.name"),
-                    "step_time_s": _num(baseline["step_time_s"], "baseline.step_time_s")}
+                    "step_time_s": _num(baseline["step_time_s"], "baseline.step_time_s", limits.SECONDS)}
     if not isinstance(d["solver_stats"], dict):
         raise _FieldError("solver_stats", f"must be a JSON object, got {_jtype(d['solver_stats'])}")
     return {
         "schema_version": _int(d["schema_version"], "schema_version"),
         "model": _str(d["model"], "model"), "graph_hash": _str(d["graph_hash"], "graph_hash"),
         "cluster_hash": _str(d["cluster_hash"], "cluster_hash"),
-        "world_size": _int(d["world_size"], "world_size", lo=1), "pp": _int(d["pp"], "pp", lo=1),
-        "num_microbatches": _int(d["num_microbatches"], "num_microbatches", lo=1),
+        "world_size": _int(d["world_size"], "world_size", rng=limits.DEGREE),
+        "pp": _int(d["pp"], "pp", rng=limits.DEGREE),
+        "num_microbatches": _int(d["num_microbatches"], "num_microbatches", rng=limits.MICROBATCHES),
         "schedule": _str(d["schedule"], "schedule", SCHEDULES),
-        "virtual_stages": _int(d["virtual_stages"], "virtual_stages", lo=1),
-        "global_batch_size": _int(d["global_batch_size"], "global_batch_size", lo=1),
-        "micro_batch_size": _int(d["micro_batch_size"], "micro_batch_size", lo=1),
-        "stage_boundaries": tuple(_int(x, f"stage_boundaries[{i}]", lo=0)
+        "virtual_stages": _int(d["virtual_stages"], "virtual_stages", rng=limits.DEGREE),
+        "global_batch_size": _int(d["global_batch_size"], "global_batch_size", rng=limits.BATCH),
+        "micro_batch_size": _int(d["micro_batch_size"], "micro_batch_size", rng=limits.BATCH),
+        "stage_boundaries": tuple(_int(x, f"stage_boundaries[{i}]", lo=0, rng=_INDEX)
                                   for i, x in enumerate(_list(d["stage_boundaries"], "stage_boundaries"))),
-        "stage_ranks": tuple(tuple(_int(r, f"stage_ranks[{s}][{k}]", lo=0)
+        "stage_ranks": tuple(tuple(_int(r, f"stage_ranks[{s}][{k}]", lo=0, rng=_INDEX)
                                    for k, r in enumerate(_list(g, f"stage_ranks[{s}]")))
                              for s, g in enumerate(_list(d["stage_ranks"], "stage_ranks"))),
         "precision": _str(d["precision"], "precision", PRECISIONS),
         "layers": tuple(_parse_layer(x, f"layers[{i}]") for i, x in enumerate(_list(d["layers"], "layers"))),
         "predicted": PlanPrediction(
-            step_time_s=_num(pd["step_time_s"], "predicted.step_time_s"),
-            throughput_samples_s=_num(pd["throughput_samples_s"], "predicted.throughput_samples_s"),
-            peak_memory_bytes=tuple(_int(x, f"predicted.peak_memory_bytes[{s}]", lo=0) for s, x in
+            step_time_s=_num(pd["step_time_s"], "predicted.step_time_s", limits.SECONDS),
+            throughput_samples_s=_num(pd["throughput_samples_s"], "predicted.throughput_samples_s", _THROUGHPUT),
+            peak_memory_bytes=tuple(_int(x, f"predicted.peak_memory_bytes[{s}]", lo=0, rng=limits.BYTES) for s, x in
                                     enumerate(_list(pd["peak_memory_bytes"], "predicted.peak_memory_bytes"))),
-            memory_budget_bytes=_int(pd["memory_budget_bytes"], "predicted.memory_budget_bytes", lo=1),
+            memory_budget_bytes=_int(pd["memory_budget_bytes"], "predicted.memory_budget_bytes", lo=1,
+                                     rng=limits.BYTES),
             bubble_fraction=_num(pd["bubble_fraction"], "predicted.bubble_fraction"),
             breakdown=_dict_of(pd["breakdown"], "predicted.breakdown", _num),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,
         "notes": tuple(_str(x, f"notes[{i}]") for i, x in enumerate(_list(d["notes"], "notes"))),
+        "cluster": d.get("cluster"), "graph": d.get("graph"),
     }
 
 
@@ -1017,4 +1164,5 @@ def _find_alternative(lp: LayerPlan, which: str | LayerStrategy) -> Alternative:
                       "re-run `galvatron-fx plan` with more alternatives kept to compare others")
 
 
-assert set(_TOP_KEYS) == {f.name for f in dataclasses.fields(ParallelPlan)}, "JSON keys out of sync"
+assert set(_TOP_KEYS) | set(_OPTIONAL_TOP_KEYS) == {f.name for f in dataclasses.fields(ParallelPlan)}, \
+    "JSON keys out of sync"

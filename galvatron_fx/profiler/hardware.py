@@ -56,6 +56,7 @@ from galvatron_fx.cluster import (
 )
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +132,10 @@ def load_profile(path: str | os.PathLike, *, check_fingerprint: bool = True) -> 
     """
     p = Path(path)
     try:
-        d = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read hardware profile {str(p)!r}: {e}; re-run `galvatron-fx profile`") from e
+    d = load_json(text, f"hardware profile {str(p)!r}", hint="re-run `galvatron-fx profile`")
     return _profile_from_dict(d, source=str(p), check_fingerprint=check_fingerprint)
 
 
@@ -526,7 +528,8 @@ def profile_hardware(
         if use_cache and world > 1:
             dist.broadcast_object_list(cached, src=0)
         if cached[0] is not None:
-            prof = _profile_from_dict(json.loads(cached[0]), source=str(cpath), check_fingerprint=True)
+            prof = _profile_from_dict(load_json(cached[0], f"hardware profile {str(cpath)!r}"), source=str(cpath),
+                                      check_fingerprint=True)
             logger.info("using cached hardware profile %s", cpath)
             if rank == 0 and out is not None:
                 prof.save(out)

@@ -52,6 +52,7 @@ from torch.utils._pytree import tree_flatten
 from galvatron_fx.cluster import Cluster, cpu_model, default_cache_dir, make_fingerprint
 from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
 from galvatron_fx.profiler.hardware import Progress
@@ -89,12 +90,12 @@ def load_measurements(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     if not p.exists():
         return {}
     try:
-        data = json.loads(p.read_text())
+        data = load_json(p.read_text(), f"model-profile cache {str(p)!r}")
         if data.get("schema_version") != CACHE_SCHEMA_VERSION:
             logger.warning("ignoring model-profile cache %s (schema %r)", p, data.get("schema_version"))
             return {}
         return dict(data["kinds"])
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, AttributeError, ConfigError) as e:
         logger.warning("ignoring unreadable model-profile cache %s (%s); layers will be re-timed", p, e)
         return {}
 

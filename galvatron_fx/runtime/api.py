@@ -2,13 +2,21 @@
 
 Contract: called on every rank of an initialised process group (``torchrun``) with the same
 model, cluster and arguments. Every rank either returns a ``ParallelModule`` or raises the same
-``PlanError`` (world size, plan mismatch between ranks): the checks are local or collective over
-the whole group, so a bad plan never leaves some ranks waiting in a collective.
+``PlanError`` (plans that differ between ranks, another world size, a plan made for another
+model): every check whose verdict could differ between ranks is agreed collectively before any
+rank acts on it (:func:`galvatron_fx.runtime.guard.agree`), so a bad plan never leaves some
+ranks waiting in a collective. A plan made for another cluster description is only a warning
+naming the fields that differ (a plan may be moved to an equal cluster on purpose).
+
+``timeout`` (seconds, default 5 minutes) limits every collective from here on, in every process
+group (the ranks wait up to 30 minutes for rank 0's plan search): a rank that stops answering (stopped, hung in its data loader, dead) ends every other
+rank with a :class:`~galvatron_fx.errors.RankFailureError` naming it (see
+:mod:`galvatron_fx.runtime.guard`).
 
 Algorithm: capture at the example inputs' shape, plan (or check the given plan: *strategy
 locking*), re-capture at the per-micro-batch global shape the runtime runs
 (``global_batch_size / num_microbatches`` samples, the example inputs sliced or repeated along
-dim 0), then build the module.
+dim 0), check the plan against it, then build the module.
 """
 
 from __future__ import annotations
@@ -21,8 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import PlanError
-from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.plan import ParallelPlan, cluster_differences, model_mismatch
+from galvatron_fx.runtime.guard import PLANNING_TIMEOUT, StepGuard, agree, patience, set_timeout
 from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
@@ -86,6 +96,28 @@ def plan_on_rank0(search: Callable[[], ParallelPlan]) -> ParallelPlan:
     return ParallelPlan.from_json(payload[0][1], source="the plan broadcast by rank 0")
 
 
+def _check_given(plan: ParallelPlan, mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, cluster) -> None:
+    """A given plan matches the captured model (else ``PlanError`` on every rank, naming the
+    first difference); a plan made for another cluster description is a warning naming what
+    differs. The plan's hash is of the fp32 model's graph: under mixed precision the check
+    captures the fp32 model once more (without costs)."""
+    import galvatron_fx as gfx
+
+    problem = None
+    try:
+        check_mg = mg if plan.precision == "fp32" else gfx.capture(model, args, loss_fn, example_kwargs=kwargs,
+                                                                     annotate=False)
+        problem = model_mismatch(plan, check_mg)
+    except Exception as e:  # the verdict must reach every rank
+        problem = f"the model could not be checked against plan {plan.model!r} ({type(e).__name__}: {e})"
+    agree(problem)
+    differs = cluster_differences(plan, cluster) if isinstance(cluster, Cluster) else []
+    if differs:
+        more = f" (and {len(differs) - 6} more)" if len(differs) > 6 else ""
+        log.warning("plan %r was made for another cluster description: %s%s; running it as given (re-plan if "
+                    "this cluster is really different)", plan.model, "; ".join(differs[:6]), more)
+
+
 def _resized(args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
     """The tensor arguments sliced or repeated to ``batch`` samples (see :func:`_resize`)."""
     resize = lambda x: _resize(x, batch) if isinstance(x, torch.Tensor) else x  # noqa: E731
@@ -111,7 +143,7 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
-            search=None) -> ParallelModule:  # noqa: A001 (the public name, DESIGN §6)
+            search=None, timeout: float | None = None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
@@ -121,14 +153,23 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     keyword arguments. ``train_step`` then takes batches of the same form.
     ``loss_fn(output, target)``: for a model that does not return its loss; the last of
     ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
-    model is called with the others. The search runs on rank 0 and its plan is broadcast."""
-    import galvatron_fx as gfx
-
+    model is called with the others. The search runs on rank 0 and its plan is broadcast.
+    ``timeout``: seconds any collective may wait for a peer (see module doc)."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
+    set_timeout(timeout)
+    with StepGuard().section("compile"):
+        return _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget,
+                        plan, search)
+
+
+def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget, plan,
+             search):
+    import galvatron_fx as gfx
+
     world = dist.get_world_size()
     if isinstance(example_inputs, Mapping):
         example_kwargs = {**example_inputs, **(example_kwargs or {})}
@@ -140,12 +181,15 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
             return gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
                             search=search)
 
-        plan = plan_on_rank0(search_plan)
-    if plan.world_size != world:  # every rank sees the same sizes: all raise, none waits
+        with patience(PLANNING_TIMEOUT):  # the others wait for rank 0's search
+            plan, given = plan_on_rank0(search_plan), False
+    else:
+        given = True
+        check_same_plan(plan)  # first: the checks below then see one plan on every rank
+    if plan.world_size != world:  # every rank holds the same plan now: all raise, none waits
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "
                         f"or re-plan for {world} devices")
-    check_same_plan(plan)
     if plan.global_batch_size != global_batch_size:
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
@@ -153,6 +197,8 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     runtime_model = _runtime_model(model, plan.precision)
     args, kwargs = _resized(example_inputs, example_kwargs, micro)
     mg = gfx.capture(runtime_model, args, loss_fn, example_kwargs=kwargs)
+    if given:
+        _check_given(plan, mg, model, args, kwargs, loss_fn, cluster)
     _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule

@@ -24,7 +24,8 @@ rank's shard of ``(Replicate on dp, tp placement)``, viewed as a DTensor with
 On disk (one directory, DCP's files plus three of ours)::
 
     __<rank>_<i>.distcp, .metadata   DCP: ``model.<fqn>`` (each FQN once, from its owner slot, as
-                                     a DTensor in its layout), ``model.<buffer fqn>`` (plain,
+                                     a DTensor in its layout), ``model.<buffer fqn>`` and
+                                     ``model.<fqn>`` of a parameter no layer reads (plain,
                                      replicated), ``optim.<fqn>.<state>`` (elementwise state as
                                      DTensors like the parameter; scalars such as ``step`` plain)
     plan.json                        the plan that wrote it (``ParallelPlan.to_json``)
@@ -35,11 +36,14 @@ On disk (one directory, DCP's files plus three of ours)::
                                      every other file with its size in bytes and sha256
 
 Algorithm (save): every rank gathers each FQN's lowest layer (the owner), its optimizer groups,
-non-tensor state and any problem (a foreign parameter, unsupported state) from every rank; rank 0
-checks the target and draws a token; every rank writes the tensors its owner slots (and the
-buffers) hold with ``dcp.save`` into the sibling ``.<name>.tmp-<token>`` (DCP merges the ranks'
-plans: each key comes from the ranks that hold it, replicas written once) and hashes its own
-``__<rank>_*`` files; the hashes are gathered to rank 0, which writes ``plan.json``,
+non-tensor state, the keys and shapes it holds and any problem (a foreign parameter, unsupported
+state) from every rank; rank 0 checks the target (a checkpoint already there must be of the same
+model, one :func:`load` would take into this module: the same parameters and buffers by FQN and
+shape, whatever plan or world size saved it; another model's is replaced only with
+``overwrite=True``, a directory that is not a checkpoint never) and draws a token; every rank
+writes the tensors its owner slots (and the whole tensors, below) hold with ``dcp.save`` into the
+sibling ``.<name>.tmp-<token>`` (DCP merges the ranks' plans: each key comes from the ranks that
+hold it, replicas written once) and hashes its own ``__<rank>_*`` files; the hashes are gathered to rank 0, which writes ``plan.json``,
 ``trainer_state.pt`` and, last, ``manifest.json`` (each fsynced), then swaps the directory in:
 ``path -> .<name>.old-<token>``, ``tmp -> path``, removes the old one and any stale siblings of
 crashed saves. Until the second rename the previous checkpoint is untouched at ``path``; between
@@ -57,8 +61,10 @@ metadata's dtype), then ``dcp.load`` fills every tensor this rank holds in place
 reads, for each local shard, the overlapping pieces of the saved shards, whatever plan or world
 size wrote them (resharding). Later copies of a tied weight (within a body, or across the bodies
 of this rank) are loaded by further ``dcp.load`` calls from the same saved entry, each into its
-own layout; every rank makes as many calls as the rank with the most copies. Buffers are read
-into the first body and copied into the others.
+own layout; every rank makes as many calls as the rank with the most copies. Buffers and the
+parameters no layer reads (*whole* tensors: every body holds all of them) are read into the first
+body and copied into the others; a checkpoint that lacks such a parameter (saved before they were
+kept) leaves the module's value, with a warning.
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.nn.modules.module import _IncompatibleKeys
 
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json
+from galvatron_fx.runtime.guard import guarded
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
@@ -163,6 +171,24 @@ def _slots(pm: nn.Module | Sequence[ParallelModule]) -> list[_Slot]:
 def _buffers(bodies: list[ParallelModule]) -> dict[str, torch.Tensor]:
     """The buffers (full, equal in every body: each holds all of the model's): the first body's."""
     return bodies[0]._buffers_full if bodies else {}
+
+
+def _unused(bodies: list[ParallelModule]) -> dict[str, torch.Tensor]:
+    """The parameters no layer reads (whole, equal in every body): the first body's, by FQN."""
+    return bodies[0]._unused_full if bodies else {}
+
+
+def _whole(bodies: list[ParallelModule]) -> dict[str, torch.Tensor]:
+    """Every tensor the bodies hold whole, by FQN: the buffers and the parameters no layer reads."""
+    return _buffers(bodies) | _unused(bodies)
+
+
+def _copy_whole(bodies: list[ParallelModule]) -> None:
+    """The first body's whole tensors into the other bodies' (after a load into the first)."""
+    for body in bodies[1:]:
+        for mine, first in ((body._buffers_full, _buffers(bodies)), (body._unused_full, _unused(bodies))):
+            for fqn, t in mine.items():
+                t.copy_(first[fqn])
 
 
 def _view(slot: _Slot, t: torch.Tensor) -> DTensor:
@@ -299,12 +325,48 @@ def _siblings(path: Path, kind: str) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.{kind}-*"))
 
 
-def _check_target(path: Path) -> None:
+def _check_target(path: Path, want: dict[str, tuple[int, ...]], optional: set[str], model: str,
+                  overwrite: bool) -> None:
+    """Rank 0, before anything is written: ``path`` may take a checkpoint of the model whose keys
+    and shapes are ``want`` (named ``model``; ``optional``: its parameters no layer reads): it is
+    missing, an empty directory, or a checkpoint of the same model (or of another one, with
+    ``overwrite``)."""
     if path.exists() and not path.is_dir():
         raise ConfigError(f"cannot save a checkpoint to {str(path)!r}: it is a file; choose a directory path")
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise ConfigError(f"refusing to replace {str(path)!r}: it is a non-empty directory without {MANIFEST}, "
                           "so not a galvatron_fx checkpoint; choose another path or remove it")
+    target = _resolve(path)  # after a crash mid-swap, the previous checkpoint beside it
+    if overwrite or not (target / MANIFEST).exists():
+        return
+    other = _other_model(target, want, optional, model)
+    if other is not None:
+        raise ConfigError(f"refusing to replace the checkpoint at {str(path)!r}: {other}; save this model to "
+                          "another path, or pass overwrite=True to replace that checkpoint")
+
+
+def _other_model(target: Path, want: dict[str, tuple[int, ...]], optional: set[str], model: str) -> str | None:
+    """What tells the checkpoint at ``target`` apart from one of the model ``want`` describes
+    (named ``model``), or None when it is a checkpoint of that model under any plan: one that
+    :func:`load` takes into it (the same keys and shapes, but that a checkpoint an earlier
+    galvatron_fx wrote may lack the ``optional`` parameters no layer reads)."""
+    try:
+        manifest = load_json((target / MANIFEST).read_text(), f"{str(target / MANIFEST)!r}")
+        saved = _saved_shapes(read_dcp_metadata(target))
+    except (OSError, ValueError) as e:  # ConfigError and JSON's errors are ValueErrors
+        return f"it holds a checkpoint that cannot be read ({e}), which may be another model's"
+    name = manifest.get("plan_model") if isinstance(manifest, dict) else None
+    missing = sorted(k[6:] for k in set(want) - set(saved) - optional)
+    unexpected = sorted(k[6:] for k in set(saved) - set(want))
+    shapes = [f"{k[6:]} {saved[k]} there, {want[k]} here" for k in sorted(want) if k in saved and saved[k] != want[k]]
+    if not (missing or unexpected or shapes):
+        return None
+    diff = [f"this model has {_names(missing, 4)}, which that checkpoint lacks"] if missing else []
+    diff += [f"that checkpoint has {_names(unexpected, 4)}, which this model lacks"] if unexpected else []
+    diff += [f"other shapes: {', '.join(shapes[:3])}{' ...' if len(shapes) > 3 else ''}"] if shapes else []
+    step = manifest.get("step") if isinstance(manifest, dict) else None
+    return (f"it holds a checkpoint of another model, {name!r} (step {step}), not of this model {model!r} "
+            f"({'; '.join(diff)})")
 
 
 def _swap(tmp: Path, path: Path, token: str) -> None:
@@ -355,8 +417,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ConfigError(f"checkpoint {str(path)!r} has no {MANIFEST}: the save that wrote it did not finish "
                           "(the manifest is written last); load an earlier checkpoint")
     try:
-        manifest = json.loads(m.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        manifest = load_json(m.read_text(), f"{str(m)!r}", hint="the checkpoint is damaged: load an earlier one")
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{str(m)!r} cannot be read ({e}); the checkpoint is damaged: load an earlier one") from None
     ok = isinstance(manifest, dict) and manifest.get("format") == FORMAT and isinstance(manifest.get("files"), dict)
     if not ok:
@@ -482,7 +544,7 @@ def _state_to_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimize
     mine = [s for s in _slots(bodies) if s.layer == owner[s.fqn]]
     for s in mine:
         state[f"model.{s.fqn}"] = _view(s, s.param)
-    for fqn, b in _buffers(bodies).items():
+    for fqn, b in _whole(bodies).items():
         state[f"model.{fqn}"] = b.detach()
     if optimizer is None:
         return state
@@ -534,23 +596,28 @@ def _check_loadable(obj: Any, what: str) -> None:
 
 
 def _local_for_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
-    """What this rank contributes to a save's agreement: its owners, groups, values or a problem."""
+    """What this rank contributes to a save's agreement: its owners, groups, values, the keys and
+    shapes it holds, or a problem."""
     try:
         slot_of = _optimizer_slots(bodies, optimizer)
         return {"owners": _owners(_slots(bodies)), "groups": _param_groups(slot_of, optimizer),
-                "values": _optimizer_values(slot_of, optimizer), "problem": None}
+                "values": _optimizer_values(slot_of, optimizer), "expected": _expected(bodies), "problem": None}
     except ConfigError as e:
         return {"problem": str(e)}
     except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
         return {"problem": f"rank {dist.get_rank()}: {type(e).__name__}: {e}"}
 
 
+@guarded("checkpoint save")
 def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
-         step: int | None = None, extra: dict | None = None) -> Path:
+         step: int | None = None, extra: dict | None = None, overwrite: bool = False) -> Path:
     """Save the parameters and buffers of ``pm`` (a :class:`ParallelModule` or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule`) and ``optimizer``'s state to the
     directory ``path``, atomically (see module doc); collective. ``step`` and ``extra`` (rank 0's;
-    containers, numbers, strings and tensors) come back from :func:`load`. Returns ``path``."""
+    containers, numbers, strings and tensors) come back from :func:`load`. A checkpoint already at
+    ``path`` is replaced when it is of the same model (the same parameters and buffers, under any
+    plan or world size); one of another model raises ``ConfigError`` on every rank, with nothing
+    written, unless ``overwrite``. Returns ``path``."""
     bodies, plan = _bodies(pm), pm.plan
     path = Path(path).absolute()
     rank = dist.get_rank()
@@ -567,7 +634,9 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     owner: dict[str, int] = {}
     groups: dict[tuple[str, ...], dict] = {}  # dp replicas (and pp == 1 ranks) hold the same groups
     values: dict[str, Any] = {}
+    want: dict[str, tuple[int, ...]] = {}  # the keys and shapes of the whole model (stages hold parts)
     for part in parts:
+        want |= part["expected"]
         for fqn, layer in part["owners"].items():
             owner[fqn] = min(owner.get(fqn, layer), layer)
         for g in part["groups"]:
@@ -582,7 +651,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     if rank == 0:  # the target, and what only rank 0 writes
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _check_target(path)
+            _check_target(path, want, {f"model.{k}" for k in _unused(bodies)}, plan.model, overwrite)
             _check_loadable(trainer, "the step, extra and optimizer hyper-parameters")
             token = uuid.uuid4().hex[:12]
         except ConfigError as e:
@@ -650,7 +719,7 @@ def _finish(plan: ParallelPlan, tmp: Path, path: Path, token: str, trainer: dict
 def _expected(bodies: list[ParallelModule]) -> dict[str, tuple[int, ...]]:
     """``model.<fqn>`` -> global shape, for every parameter and buffer of the bodies on this rank."""
     out = {f"model.{s.fqn}": s.global_shape for s in _slots(bodies) if s.copy == 0}
-    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in _buffers(bodies).items()}
+    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in _whole(bodies).items()}
     return out
 
 
@@ -665,16 +734,23 @@ def _expected_everywhere(bodies: list[ParallelModule]) -> tuple[dict[str, tuple[
     return want, copies
 
 
-def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md) -> None:
-    saved = {k: tuple(v.size) for k, v in md.state_dict_metadata.items()
-             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
-    missing = sorted(k[6:] for k in set(want) - set(saved))
+def _saved_shapes(md) -> dict[str, tuple[int, ...]]:
+    """``model.<fqn>`` -> global shape, for every parameter and buffer DCP's metadata lists."""
+    return {k: tuple(v.size) for k, v in md.state_dict_metadata.items()
+            if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
+
+
+def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: set[str] = frozenset()) -> None:
+    """The checkpoint holds every key of ``want`` (but those in ``optional``) with its shape, and
+    no other ``model.`` key."""
+    saved = _saved_shapes(md)
+    missing = sorted(k[6:] for k in set(want) - set(saved) - optional)
     unexpected = sorted(k[6:] for k in set(saved) - set(want))
     if missing or unexpected:
         raise ConfigError(f"checkpoint {str(path)!r} holds other parameters than this module: missing "
                           f"{_names(missing)}, unexpected {_names(unexpected)}; load it into the model it was saved "
                           "from (same FQNs), or load matching weights with load_state_dict")
-    bad = [f"{k[6:]} saved {saved[k]} vs module {want[k]}" for k in sorted(want) if saved[k] != want[k]]
+    bad = [f"{k[6:]} saved {saved[k]} vs module {want[k]}" for k in sorted(want) if k in saved and saved[k] != want[k]]
     if bad:
         raise ConfigError(f"checkpoint {str(path)!r} has other shapes than this module: {'; '.join(bad[:5])}"
                           f"{' ...' if len(bad) > 5 else ''}; load it into the model configuration it was saved from")
@@ -716,15 +792,16 @@ def _prepare_optimizer_state(slot_of: dict[int, _Slot], optimizer: torch.optim.O
 
 def _state_to_load(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None,
                    slot_of: dict[int, _Slot], md, copy: int) -> dict[str, torch.Tensor]:
-    """DCP's state dict of every slot number ``copy`` on this rank (and, for copy 0, the
-    buffers); may be empty (this rank holds fewer copies than another)."""
+    """DCP's state dict of every slot number ``copy`` on this rank (and, for copy 0, the whole
+    tensors the checkpoint holds); may be empty (this rank holds fewer copies than another)."""
     state: dict[str, torch.Tensor] = {}
     for s in _slots(bodies):
         if s.copy == copy:
             state[f"model.{s.fqn}"] = _view(s, s.param)
     if copy == 0:
-        for fqn, b in _buffers(bodies).items():
-            state[f"model.{fqn}"] = b
+        for fqn, b in _whole(bodies).items():
+            if f"model.{fqn}" in md.state_dict_metadata:  # (a parameter no layer reads may be absent)
+                state[f"model.{fqn}"] = b
     if optimizer is None:
         return state
     saved = md.state_dict_metadata
@@ -740,6 +817,7 @@ def _state_to_load(bodies: list[ParallelModule], optimizer: torch.optim.Optimize
 
 
 @torch.no_grad()
+@guarded("checkpoint load")
 def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike, *,
          checksums: bool = True) -> LoadedCheckpoint:
     """Load the checkpoint at ``path`` into ``pm`` (a :class:`ParallelModule` or a
@@ -753,12 +831,13 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     rank, world = dist.get_rank(), dist.get_world_size()
     where = _resolve(Path(path).absolute())
     want, copies = _expected_everywhere(bodies)
+    optional = {f"model.{k}" for k in _unused(bodies)}  # the same on every rank
     problem, manifest, md, trainer, slot_of = None, None, None, None, {}
     try:
         # what every rank reads before the ranks agree, it checks itself first
         manifest = verify(where, checksums=checksums, share=(rank, world), always=(_DCP_METADATA, TRAINER))
         md = read_dcp_metadata(where)
-        _check_metadata(want, where, md)
+        _check_metadata(want, where, md, optional)
         trainer = torch.load(where / TRAINER, weights_only=True)
         slot_of = _optimizer_slots(bodies, optimizer)
     except ConfigError as e:
@@ -783,9 +862,11 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     except dcp.CheckpointException as e:  # raised on every rank
         raise ConfigError(f"loading checkpoint {str(where)!r} failed while reading the shards ({_failure(e)}); "
                           "the module may be partly loaded: load it again, or an earlier checkpoint") from None
-    for body in bodies[1:]:
-        for fqn, b in body._buffers_full.items():
-            b.copy_(_buffers(bodies)[fqn])
+    _copy_whole(bodies)
+    lacking = sorted(k[6:] for k in optional - set(md.state_dict_metadata))
+    if lacking and rank == 0:
+        log.warning("checkpoint %s holds no value for %s, which no layer reads (a save of an earlier galvatron_fx "
+                    "left them out): they keep the module's values", where, _names(lacking))
 
     if optimizer is not None:
         _restore_hyper(optimizer, slot_of, trainer.get("param_groups", []))
@@ -851,8 +932,9 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
     same errors. Optimizer state is left as it is.
 
     Keys are the user's FQNs; a tied weight may come under any of its names (all given must be
-    equal). Buffers are optional: a plain model's ``state_dict()`` omits its non-persistent ones,
-    which keep their values. Unknown keys and missing parameters raise ``ConfigError`` when
+    equal). Parameters no layer reads are parameters here too (copied whole into every body).
+    Buffers are optional: a plain model's ``state_dict()`` omits its non-persistent ones, which
+    keep their values. Unknown keys and missing parameters raise ``ConfigError`` when
     ``strict``; shape mismatches always. Returns ``(missing_keys, unexpected_keys)`` like
     ``nn.Module.load_state_dict``.
     """
@@ -864,10 +946,13 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
     if plan.pp > 1:
         for part in _gather(shapes):
             shapes |= part
+    unused = _unused(bodies)  # every body (every stage) holds them all
     names: dict[str, str] = {fqn: fqn for fqn in shapes}  # any name of a parameter -> its FQN
     for info in bodies[0].mg.params.values():
         if info.name in shapes:
             names.update({alias: info.name for alias in info.aliases})
+    names.update({fqn: fqn for fqn in unused} | bodies[0]._unused_aliases)
+    shapes |= {fqn: tuple(t.shape) for fqn, t in unused.items()}
     buffers = _buffers(bodies)
 
     given: dict[str, list[str]] = {}
@@ -901,6 +986,9 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
     for fqn, keys in given.items():
         for s in slots.get(fqn, []):  # this rank's copies
             _set_full(s, s.param, state[keys[0]])
+        if fqn in unused:
+            for body in bodies:
+                body._unused_full[fqn].copy_(state[keys[0]])
     for k, v in state.items():
         if k in buffers and k not in names:
             for body in bodies:

@@ -16,8 +16,11 @@ DTensor ``redistribute`` on one mesh, :func:`~galvatron_fx.runtime.reshard.resha
 
 Layouts: user inputs with a batch dim are ``Shard(0)`` on dp (and as planned on tp); buffers are
 replicated; a hidden state keeps its dp placement (``Shard(0)``) and takes the reader's planned tp
-placement. The loss layer's mean over the local batch is made a global mean by dividing the
-dp-partial gradients' sum (``sync_grads``) — see :meth:`ParallelModule.forward`.
+placement. A parameter no layer reads (declared in the model, not reached by the traced graph) is
+held whole on every rank outside ``parameters()`` (no gradient reaches it), untouched, and kept in
+``state_dict()`` and checkpoints like a buffer. The loss layer's mean over the local batch is made
+a global mean by dividing the dp-partial gradients' sum (``sync_grads``) — see
+:meth:`ParallelModule.forward`.
 
 Options: each executor follows the saved plan: its ``placements`` (node -> ``"in->out"``) are
 the ILP's solution for the layer, rebuilt into a ``LayerOption`` without solving again; a tp=1
@@ -62,10 +65,12 @@ from torch.distributed.tensor.placement_types import Placement
 
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, LocalValue, _tensor_args, wait_in_flight
 from galvatron_fx.runtime.buckets import GradBucketer
+from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
@@ -162,6 +167,25 @@ def _local_and_layout(v) -> tuple[torch.Tensor, tuple[DeviceMesh, tuple] | None]
     return v, None
 
 
+def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The parameters of the user's ``model`` that no layer of ``mg`` reads (declared but not
+    reached by the traced graph), as whole copies by FQN (a tied one's first name), and their
+    other names -> FQN. Every layer counts, not only this module's (a pipeline chunk's)."""
+    read = {fqn for layer in mg.layers for fqn in layer.param_names}
+    names: dict[int, list[str]] = {}
+    tensors: dict[int, torch.Tensor] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+        tensors[id(p)] = p
+    full: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    for key, ns in names.items():
+        if read.isdisjoint(ns):
+            full[ns[0]] = tensors[key].detach().clone()
+            aliases |= {n: ns[0] for n in ns[1:]}
+    return full, aliases
+
+
 class _FSDPRoot(nn.Module):
     """The FSDP root of a :class:`ParallelModule`'s sharded layers (see ``_fsdp_root``)."""
 
@@ -193,6 +217,7 @@ class ParallelModule(nn.Module):
         self.mg = mg
         self.compute_dtype = COMPUTE_DTYPES[plan.precision]
         self.scaler = LossScaler() if plan.precision == "fp16" else None
+        self.guard = StepGuard()
         self.layer_ids = list(range(len(mg.layers)) if layers is None else layers)
         self._ranks = tuple(plan.stage_ranks[plan.layers[self.layer_ids[0]].stage])
         self._meshes: dict[tuple[int, int], DeviceMesh] = dict(meshes or {})
@@ -201,6 +226,7 @@ class ParallelModule(nn.Module):
         self.option_source: list[str] = []  # "plan" | "tp1" | "re-solved", per layer
         named = dict(model.named_buffers())
         self._buffers_full = {fqn: b.detach().clone() for fqn, b in named.items()}
+        self._unused_full, self._unused_aliases = _unused_params(model, mg)
         # tensors the graph reads besides parameters: buffers and lifted constants (not state)
         self._constants = {fqn: t.detach().clone() for fqn, t in mg.constants.items()}
         self._node_fqn = {node: p.name for p in mg.params.values() for node in p.nodes}
@@ -217,6 +243,7 @@ class ParallelModule(nn.Module):
                 decomposed[layer.kind] = decompose_layer(mg, layer)
             # layers of one kind share the traced graph; only the names of their inputs differ
             dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
+            check_layer_placements(lp.name, lp.placements, dl.gm)  # S(d) within each tensor's rank
             option = option_from_plan(dl, layer.kind, st, lp.placements)
             self.option_source.append("plan" if lp.placements else "tp1")
             if option is None:
@@ -581,9 +608,15 @@ class ParallelModule(nn.Module):
         positional order, or a mapping of input names to tensors): ``num_microbatches``
         micro-batches with accumulated grads, one dp sync, ``optimizer.step()``, ``zero_grad()``.
         Returns the mean loss. Under ``fp16`` the loss is scaled (:class:`LossScaler`) and a step
-        whose gradients overflow is skipped on every rank."""
-        m = self.num_microbatches
+        whose gradients overflow is skipped on every rank. The ranks' batches are compared on the
+        first step and every ``guard.check_every`` steps, and a peer that stops answering ends the
+        step with a ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
         batch = self.mg.bind_inputs(batch)
+        with self.guard.step((batch, self.mg.input_names)):
+            return self._train_step(batch, optimizer)
+
+    def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
+        m = self.num_microbatches
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
             raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
@@ -642,7 +675,8 @@ class ParallelModule(nn.Module):
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
-        """Full (unsharded) tensors keyed by the original model's FQNs (aliases included)."""
+        """Full (unsharded) tensors keyed by the original model's FQNs (aliases included): every
+        parameter and buffer of the user's model, the parameters no layer reads as they came."""
         out: dict[str, torch.Tensor] = {}
         for ex in self.executors:
             for key, fqn in ex.fqn_of_key.items():
@@ -652,19 +686,24 @@ class ParallelModule(nn.Module):
             if info.name in out:
                 for alias in info.aliases:
                     out[alias] = out[info.name]
+        for fqn, t in self._unused_full.items():
+            out.setdefault(fqn, t.clone())
+        for alias, fqn in self._unused_aliases.items():
+            out.setdefault(alias, out[fqn])
         for fqn, b in self._buffers_full.items():
             out.setdefault(fqn, b.clone())
         return out
 
     # ---- checkpoints (galvatron_fx.runtime.checkpoint) ----------------------------------------
     def save(self, path, optimizer: torch.optim.Optimizer | None, *, step: int | None = None,
-             extra: dict | None = None):
+             extra: dict | None = None, overwrite: bool = False):
         """Save parameters, buffers and ``optimizer``'s state to the directory ``path``, sharded
         and atomically, with the plan beside them; collective (every rank calls it). Any plan or
-        world size can :meth:`load` it. See :func:`galvatron_fx.runtime.checkpoint.save`."""
+        world size can :meth:`load` it. A checkpoint of another model at ``path`` is replaced
+        only with ``overwrite=True``. See :func:`galvatron_fx.runtime.checkpoint.save`."""
         from galvatron_fx.runtime.checkpoint import save
 
-        return save(self, optimizer, path, step=step, extra=extra)
+        return save(self, optimizer, path, step=step, extra=extra, overwrite=overwrite)
 
     def load(self, path, optimizer: torch.optim.Optimizer | None):
         """Load a checkpoint written by :meth:`save` under any plan or world size into this

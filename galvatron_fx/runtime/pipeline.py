@@ -52,6 +52,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
 
@@ -172,6 +173,7 @@ class PipelineModule(nn.Module):
         self._first = self.stage == 0
 
         self.scaler = LossScaler() if plan.precision == "fp16" else None
+        self.guard = StepGuard()
 
         def loss_fn(out, _target):
             scale = self.scaler.scale if self.scaler is not None else 1.0
@@ -295,9 +297,15 @@ class PipelineModule(nn.Module):
         positional order, or a mapping of input names to tensors): the schedule's forward and
         backward over ``num_microbatches`` micro-batches, gradient sync, ``optimizer.step()`` and
         ``zero_grad()`` (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the
-        mean loss on every rank."""
-        losses: list[torch.Tensor] = []
+        mean loss on every rank. The first stage's ranks, which read the batch, compare it on the
+        first step and every ``guard.check_every`` steps; a peer that stops answering ends the step
+        with a ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
         args = tuple(self.mg.bind_inputs(batch)) if self._first else ()
+        with self.guard.step((args, self.mg.input_names) if self._first else None):
+            return self._train_step(args, optimizer)
+
+    def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None) -> float:
+        losses: list[torch.Tensor] = []
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
             self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
         else:
@@ -358,15 +366,16 @@ class PipelineModule(nn.Module):
 
     # ---- checkpoints (galvatron_fx.runtime.checkpoint) ----------------------------------------
     def save(self, path, optimizer: torch.optim.Optimizer | None, *, step: int | None = None,
-             extra: dict | None = None):
+             extra: dict | None = None, overwrite: bool = False):
         """Save parameters, buffers and ``optimizer``'s state to the directory ``path`` in the
         format of :meth:`ParallelModule.save` (each parameter once, a weight tied across stages
         from its first stage), sharded and atomically, with the plan beside them; collective (every
-        rank calls it). Any plan or world size, pipelined or not, can load it. See
+        rank calls it). Any plan or world size, pipelined or not, can load it. A checkpoint of
+        another model at ``path`` is replaced only with ``overwrite=True``. See
         :func:`galvatron_fx.runtime.checkpoint.save`."""
         from galvatron_fx.runtime.checkpoint import save
 
-        return save(self, optimizer, path, step=step, extra=extra)
+        return save(self, optimizer, path, step=step, extra=extra, overwrite=overwrite)
 
     def load(self, path, optimizer: torch.optim.Optimizer | None):
         """Load a checkpoint written by :meth:`save` or :meth:`ParallelModule.save` under any plan

@@ -46,7 +46,8 @@ from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.memory import LayerMemory, TPShard
 from galvatron_fx.cost_models.reshard import Layout, Replicate, Shard
-from galvatron_fx.errors import PlanError
+from galvatron_fx import limits
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, SPMode
 from galvatron_fx.recompute import Recompute
@@ -79,6 +80,21 @@ class SearchSpace:
     max_microbatches: int = 64
     uniform: bool = False  # one strategy for all blocks (the hand-written baselines)
     vocab_parallel: bool = True
+
+    def __post_init__(self) -> None:
+        # degrees within limits.DEGREE, micro-batch counts within limits.MICROBATCHES: the
+        # search loops over them
+        for key, rng in (("tp", limits.DEGREE), ("pp", limits.DEGREE), ("num_microbatches", limits.MICROBATCHES)):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise ConfigError(f"search.{key} must be a tuple of integers or None, got {values!r}")
+            for i, v in enumerate(values):
+                rng.check(v, f"search.{key}[{i}]")
+        for key, rng in (("max_tp", limits.DEGREE), ("max_pp", limits.DEGREE), ("max_microbatches", limits.MICROBATCHES)):
+            if (v := getattr(self, key)) is not None:
+                rng.check(v, f"search.{key}")
 
     @classmethod
     def coerce(cls, value: SearchSpace | dict | None) -> SearchSpace:
@@ -359,9 +375,19 @@ def _or_replicated(out, mg, layer, cache, space, *, devices, ranks, samples, num
                              num_microbatches=num_microbatches, captured_batch=captured_batch,
                              devices_per_node=devices_per_node)
     if not out:
-        raise PlanError(f"layer {layer.name} has no strategy that fits {devices} devices with {samples} "
-                        f"samples per micro-batch: use a global batch divisible by the data-parallel degree")
+        raise NoStrategyError(layer.name, devices, samples)
     return out
+
+
+class NoStrategyError(PlanError):
+    """A layer has no strategy in a stage of ``devices`` ranks with ``samples`` per micro-batch:
+    no allowed tp both leaves a data-parallel degree (``devices / tp``) that divides the samples
+    and can split the layer."""
+
+    def __init__(self, layer: str, devices: int, samples: int) -> None:
+        self.layer, self.devices, self.samples = layer, devices, samples
+        super().__init__(f"layer {layer} has no strategy that fits {devices} devices with {samples} samples per "
+                         "micro-batch: use a global batch divisible by the data-parallel degree")
 
 
 def _with_tp1(space: SearchSpace) -> SearchSpace:

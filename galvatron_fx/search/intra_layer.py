@@ -70,9 +70,10 @@ from torch.utils._pytree import tree_flatten
 from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.reshard import Layout
-from galvatron_fx.errors import PlanError
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import tensor_bytes
+from galvatron_fx.ir.placements import check_layer_placements, placement_problem
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, extra_strategies, is_class_sharded
@@ -95,13 +96,15 @@ def pstr(p: Placement | None) -> str:
 
 
 def parse_placement(s: str) -> Placement:
+    """``R`` → ``Replicate()``, ``S(1)`` → ``Shard(1)``, ``P`` → ``Partial()``; anything else is a
+    ``ConfigError`` (the grammar: :mod:`galvatron_fx.ir.placements`)."""
     if s == "R":
         return R
     if s == "P":
         return P
-    if s.startswith("S(") and s.endswith(")"):
+    if placement_problem(f"->{s}") is None and s.startswith("S("):
         return Shard(int(s[2:-1]))
-    raise ValueError(f"not a placement: {s!r} (use R, P or S(d))")
+    raise ConfigError(f"not a placement: {s!r} (use R, P or S(d), d a tensor dim)")
 
 
 # ---- the decomposed layer ---------------------------------------------------------------------
@@ -820,9 +823,11 @@ def option_from_placements(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode
                            placements: dict[str, str], *, decomposed: DecomposedLayer | None = None) -> LayerOption:
     """The :class:`LayerOption` of ``layer`` with given placements (a saved plan's), priced by
     ``cost_model``: what :func:`solve_intra_layer` returns with the ILP's choice replaced by
-    ``placements``. Raises ``PlanError`` when a placement is not a strategy of its node."""
+    ``placements``. Raises ``ConfigError`` when a placement does not fit its node's tensors,
+    ``PlanError`` when it is not a strategy of its node."""
     sp = SPMode(sp)
     dl = decomposed or decompose_layer(mg, layer)
+    check_layer_placements(layer.name, placements, dl.gm)
     # the saved activation inputs' layouts (a loss reading vocab-sharded logits)
     given = {ph.name: parse_placement(placements[ph.name].split("->")[1]) for ph, r in zip(dl.inputs, dl.input_roles)
              if r == "activation" and ph.name in placements}

@@ -39,6 +39,7 @@ and placements — with any cost model, through the same evaluation.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import sys
@@ -53,9 +54,11 @@ from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
 from galvatron_fx.cost_models.memory import LayerMemory, stage_peak_bytes
 from galvatron_fx.cost_models.pipeline import StageCost
+from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.inspect import fmt_bytes
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.placements import check_placements
 from galvatron_fx.ir.plan import (
     Alternative,
     LayerPlan,
@@ -64,13 +67,16 @@ from galvatron_fx.ir.plan import (
     PlanPrediction,
     cluster_hash,
     graph_hash,
+    graph_summary,
 )
 from galvatron_fx.ir.strategy import DPType, Precision, SPMode
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.candidates import (
     LayerChoice,
+    NoStrategyError,
     OptionCache,
     SearchSpace,
+    allowed_tp,
     layer_choices,
     prune_dominated,
     transition_matrix,
@@ -133,6 +139,7 @@ class _Search:
         self.chain_solves = 0
         self.frontier_max = 0
         self.smallest_need = math.inf
+        self.rejected: list[tuple[int, int, NoStrategyError]] = []  # (pp, m, why): points no layer split fits
 
     # ---- pricing ------------------------------------------------------------------------------
     def choices(self, i: int, devices: int, samples: int, m: int) -> list[LayerChoice]:
@@ -411,6 +418,9 @@ class _Search:
         n_chunks = pp * _virtual(schedule)
         try:
             bounds = self.balanced_bounds(n_chunks, devices, samples, m)
+        except NoStrategyError as e:
+            self.rejected.append((pp, m, e))
+            return None
         except PlanError:
             return None
         if bounds is None:
@@ -464,13 +474,92 @@ class _Search:
         if self.progress:
             print(file=sys.stderr)
         if best is None:
-            need = self.smallest_need
-            raise PlanError(
-                f"no plan fits in {fmt_bytes(self.budget)} per device"
+            raise PlanError(self._why_none(points))
+        return best
+
+    # ---- why no plan ------------------------------------------------------------------------------
+    def _why_none(self, points: list) -> str:
+        """The message when no point gave a plan, naming the real constraint: no micro-batch
+        count for any pipeline degree, a batch that no data-parallel degree divides, or (only
+        when some point was solved and was over budget) memory."""
+        if not points:
+            return self._no_points()
+        if self.rejected and not math.isfinite(self.smallest_need):
+            return self._indivisible()
+        need = self.smallest_need
+        return (f"no plan fits in {fmt_bytes(self.budget)} per device"
                 + (f": the smallest needs {fmt_bytes(need)}" if math.isfinite(need) else "")
                 + "; allow recompute and sharded data parallelism (ZeRO-3), add devices or pipeline "
                   "stages, or lower the global batch")
-        return best
+
+    def _no_points(self) -> str:
+        gb, n = self.global_batch, len(self.layers)
+        pps = self.pp_values()
+        if not pps:
+            asked = f"search.pp={self.space.pp}" if self.space.pp is not None else f"search.max_pp={self.space.max_pp}"
+            fits = [p for p in range(1, min(self.world, n) + 1) if self.world % p == 0]
+            return (f"no pipeline degree to search: {asked} leaves none that divides the world size {self.world} "
+                    f"and is at most the {n} layers; choose from {', '.join(map(str, fits))}")
+        why: dict[str, list[str]] = {}
+        for pp in pps:
+            for sch in (self.space.schedules[:1] if pp == 1 else self.space.schedules):
+                why.setdefault(self._no_microbatches(pp, sch), []).append(f"pp={pp} {sch}")
+        reasons = "; ".join(f"{', '.join(where)}: {reason}" for reason, where in why.items())
+        if self.space.num_microbatches is not None:
+            fix = ("give search.num_microbatches counts that divide the global batch (and are at least pp under "
+                   "1F1B), or drop it to let the search choose")
+        else:
+            fix = (f"raise the global batch to {min(pps)} or more (a multiple of pp × the data-parallel degree), "
+                   "lower the pipeline degree (search pp= or max_pp=), or add 'gpipe' to search.schedules (it runs "
+                   "fewer micro-batches than stages)")
+        return f"no micro-batch count splits the global batch of {gb} at any pipeline degree searched ({reasons}); {fix}"
+
+    def _no_microbatches(self, pp: int, schedule: str) -> str:
+        """Why ``m_values(pp, schedule)`` is empty."""
+        gb, at_least_pp = self.global_batch, schedule != "gpipe"
+        if self.space.num_microbatches is not None:
+            return f"search.num_microbatches={tuple(self.space.num_microbatches)}: " + ", ".join(
+                f"{m} does not divide {gb}" if gb % m else f"{m} < pp = {pp}" for m in self.space.num_microbatches)
+        if at_least_pp and gb < pp:
+            return f"the global batch {gb} is smaller than pp = {pp}, and 1F1B runs at least pp micro-batches"
+        if at_least_pp and self.space.max_microbatches < pp:
+            return f"search.max_microbatches = {self.space.max_microbatches} is below pp = {pp}"
+        return f"no divisor of {gb} lies between {pp} and search.max_microbatches = {self.space.max_microbatches}"
+
+    def _indivisible(self) -> str:
+        """Every point searched had a layer with no strategy: its data-parallel degrees do not
+        divide the samples of a micro-batch, or those that do leave a tp the layer cannot use."""
+        gb = self.global_batch
+        seen, parts, multiple, too_small = set(), [], None, False
+        for pp, m, e in self.rejected:
+            if (pp, m) in seen or len(seen) == 3:
+                continue
+            seen.add((pp, m))
+            tps = allowed_tp(self.space, e.devices, self.dpn)
+            dps = sorted({e.devices // t for t in tps})
+            fits = [d for d in dps if e.samples % d == 0]
+            head = f"pp={pp}, {_n(m, 'micro-batch', 'micro-batches')} of {_n(e.samples, 'sample')}"
+            if not fits:
+                parts.append(f"{head}: the {e.devices} devices of a stage at tp {_few(tps)} leave data-parallel "
+                             f"{_n(len(dps), 'degree', 'degrees', count=False)} {_few(dps)}, "
+                             f"{'which does not divide' if len(dps) == 1 else 'none of which divides'} {e.samples}")
+                multiple = multiple or m * dps[0]
+            else:
+                tp_left = [e.devices // d for d in fits]
+                parts.append(f"{head}: only data-parallel {_n(len(fits), 'degree', 'degrees', count=False)} "
+                             f"{_few(fits)} divide{'s' * (len(fits) == 1)} {e.samples}, which leaves layer {e.layer} "
+                             f"tp {_few(tp_left)}, more ways than it can be split")
+                too_small = True
+                multiple = multiple or m * e.devices
+        if too_small:
+            head = f"the global batch of {gb} is too small for {self.world} devices"
+            fix = (f"raise the global batch so that every data-parallel rank gets whole samples at a tensor-parallel "
+                   f"degree the layers can use (at tp = 1: a multiple of {multiple}), or plan for fewer devices")
+        else:
+            head = f"the global batch of {gb} does not split evenly over the data-parallel ranks"
+            fix = (f"use a global batch that is a multiple of {multiple} (e.g. {-(-gb // multiple) * multiple}), or "
+                   "let tensor parallelism or pipeline stages take more of the devices (search tp= / pp=)")
+        return f"no plan: {head} ({'; '.join(parts)}); {fix}"
 
 
 def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,
@@ -478,6 +567,8 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
                 precision: str = "fp32") -> ParallelPlan:
     """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``."""
     t0 = time.perf_counter()
+    _check_batches(global_batch_size)
+    _check_budget(budget)
     s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
@@ -502,8 +593,10 @@ def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> Par
         dp_types=tuple(sorted({lp.strategy.dp_type for lp in plan.layers} | {DPType.DDP})),
         recompute=tuple(sorted({lp.strategy.recompute for lp in plan.layers} | {Recompute.NONE})),
         pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,))
+    options = _PlanOptions(mg, cost_model, plan=plan)
+    check_placements(plan, mg, decomposed=options.decomposed)
     s = _Pinned(plan, mg, cluster, cost_model, space, plan.global_batch_size, plan.predicted.memory_budget_bytes,
-                False, _PlanOptions(mg, cost_model, plan=plan))
+                False, options)
     cand = s.evaluate(list(plan.stage_boundaries), plan.pp, plan.num_microbatches, plan.schedule,
                       plan.global_batch_size // plan.num_microbatches)
     if cand is None:
@@ -585,6 +678,10 @@ def plan(
     from galvatron_fx.capture import capture
 
     t0 = time.perf_counter()
+    batches = _check_batches(global_batch_size)
+    if memory_budget is not None:
+        _check_budget(memory_budget)
+    space = SearchSpace.coerce(search)
     if isinstance(model_or_graph, ModelGraph):
         mg = model_or_graph
     else:
@@ -594,11 +691,7 @@ def plan(
     if any(l.costs is None for l in mg.layers):
         raise PlanError("the graph has no costs: capture it with annotate=True")
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
-    space = SearchSpace.coerce(search)
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
-    batches = [global_batch_size] if isinstance(global_batch_size, int) else sorted(set(global_batch_size))
-    if not batches or min(batches) < 1:
-        raise PlanError(f"global_batch_size must be >= 1 (or a list of candidates), got {global_batch_size}")
     # several global batches: the one with the highest predicted throughput that fits wins
     best, s, errors = None, None, []
     cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel)
@@ -627,6 +720,31 @@ def plan(
              "chain_solves": s.chain_solves, "dp_frontier_max": s.frontier_max,
              "num_candidates": sum(len(v) for v in s._choices.values())}
     return _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+
+
+_MAX_BATCH_CANDIDATES = 256  # each candidate global batch is a whole search
+
+
+def _check_batches(global_batch_size: int | Sequence[int]) -> list[int]:
+    """The candidate global batches, sorted; ``ConfigError`` unless each is an int in
+    :data:`limits.BATCH` and there are 1 to 256 of them."""
+    hint = "pass the samples per optimizer step (an int), or a list of candidates"
+    if isinstance(global_batch_size, Sequence) and not isinstance(global_batch_size, str):
+        if not 1 <= len(global_batch_size) <= _MAX_BATCH_CANDIDATES:
+            raise ConfigError(f"global_batch_size lists {len(global_batch_size)} candidates; give 1 to "
+                              f"{_MAX_BATCH_CANDIDATES} (each is searched in full)")
+        for i, gb in enumerate(global_batch_size):
+            limits.BATCH.check(gb, f"global_batch_size[{i}]", hint)
+        return sorted(set(global_batch_size))
+    return [limits.BATCH.check(global_batch_size, "global_batch_size", hint)]
+
+
+def _check_budget(memory_budget: int | float) -> None:
+    """``ConfigError`` unless ``memory_budget`` is a finite number of bytes in [1, 2**60] (a
+    budget too small for any plan is the search's to report)."""
+    rng = limits.Range(1, limits.DEVICE_MEMORY.hi, "bytes")
+    rng.check(memory_budget, "memory_budget", "pass bytes per device (e.g. 16 * 2**30 for 16 GiB), or None for "
+                                              "the devices' own memory")
 
 
 def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
@@ -659,6 +777,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
     samples = best.samples
     plan = ParallelPlan(
         model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
+        cluster=json.loads(cluster.to_json()), graph=graph_summary(mg),
         pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
         global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
         stage_boundaries=tuple(st.layers.start for st in best.stages),
@@ -713,6 +832,18 @@ def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory
             g = j if sharded else prev  # the gradient that does not exist apart
             mems[g] = dataclasses.replace(mems[g], grad_bytes=mems[g].grad_bytes - m.grad_bytes)
     return mems
+
+
+def _n(k: int, one: str, many: str | None = None, *, count: bool = True) -> str:
+    """``1 sample``, ``3 samples`` (or only the word, without ``count``)."""
+    word = one if k == 1 else (many or one + "s")
+    return f"{k} {word}" if count else word
+
+
+def _few(xs: Sequence[int], k: int = 6) -> str:
+    """``2``, ``1, 2, 4`` or ``1, 2, 4, 5, 8, 10, … 1000000`` (the first ``k`` and the last)."""
+    xs = list(xs)
+    return ", ".join(map(str, xs)) if len(xs) <= k + 1 else ", ".join(map(str, xs[:k])) + f", … {xs[-1]}"
 
 
 def _virtual(schedule: str) -> int:

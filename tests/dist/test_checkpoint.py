@@ -8,8 +8,10 @@ fresh optimizer and trains the same 3 steps: losses and parameters must equal th
 world-4 run and a single-process model trained on the same batches (fp32). World 2 also checks a
 same-plan round trip (into a fresh module and in place), atomicity (a save that fails before its
 manifest, or between its two renames, leaves the previous checkpoint loadable), damaged
-checkpoints refused with the same error on every rank, and ``load_state_dict`` from a plain
-model. ``GFX_CKPT_ONLY=case,case`` selects world-2 cases.
+checkpoints refused with the same error on every rank, ``load_state_dict`` from a plain
+model, parameters the graph never reads (an unused submodule, tied under two names, and a buffer)
+kept in ``state_dict()`` and checkpoints, and a save over another model's checkpoint refused
+unless ``overwrite=True``. ``GFX_CKPT_ONLY=case,case`` selects world-2 cases.
 """
 
 from __future__ import annotations
@@ -305,6 +307,117 @@ def _load_state_dict_case(cache: dict) -> dict:
     return out
 
 
+# gpt-tiny with a submodule its forward never calls (under two names: a tied pair) and a buffer it
+# never reads
+UNUSED = ("unused.weight", "unused.bias", "unused_alias.weight", "unused_alias.bias", "unused_buf")
+
+
+def _unused_model():
+    """gpt-tiny (seed 0) with the unused parts of ``UNUSED``, the same on every rank."""
+    import torch
+
+    from galvatron_fx import zoo
+
+    model, inputs = zoo.build("gpt-tiny", batch_size=GBS, seq_len=T, device="cpu", seed=0)
+    g = torch.Generator().manual_seed(7)
+    model.unused = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        for p in model.unused.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    model.unused_alias = model.unused
+    model.register_buffer("unused_buf", torch.randn(5, generator=g))
+    return model, inputs
+
+
+def _max_err(a: dict, b: dict, keys) -> float | None:
+    """The largest difference of ``keys`` between two state dicts; None if a key is missing."""
+    if any(k not in a or k not in b for k in keys):
+        return None
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in keys)
+
+
+def _unused_case(tmp: Path, cache: dict) -> dict:
+    """Unused parameters and buffer: in ``state_dict()`` bit-equal to the user's model, untouched
+    by training, saved, loaded back under another plan (ZeRO-3: the used parameters sharded) over
+    other values, and taken by ``load_state_dict``."""
+    import copy
+
+    import torch
+
+    import galvatron_fx as gfx
+    from galvatron_fx.runtime import checkpoint as ck
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    model, inputs = _unused_model()
+    mg = gfx.capture(model, inputs, annotate=False)
+    # the two plans name the model differently: a checkpoint belongs to the parameters, not the name
+    plans = {t: _plan(mg, 2, (2, 1, t), gbs=GBS, m=1, name=f"gpt-tiny+unused/{t}") for t in ("ddp", "zero3")}
+    user = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    pm = cache["unused_pm"] = ParallelModule(copy.deepcopy(model), mg, plans["ddp"], lower=False)
+    sd = pm.state_dict()
+    out: dict = {"missing": sorted(set(user) - set(sd)), "extra": sorted(set(sd) - set(user)),
+                 "unused_err": _max_err(sd, user, UNUSED)}
+    opt = cache["unused_opt"] = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    for b in _batches(GBS, 2):
+        pm.train_step(b, opt)
+    sd = pm.state_dict()
+    out["trained_unused_err"] = _max_err(sd, user, UNUSED)
+    out["trained_used_moved"] = _max_err(sd, user, ["blocks.0.attn.qkv.weight"])
+    out["lsd_own"] = config_error(lambda: pm.load_state_dict(sd))
+    pm.save(tmp / "ckU", opt, step=2)
+    out["saved_keys"] = sorted(k for k in ck.read_dcp_metadata(tmp / "ckU").state_dict_metadata if "unused" in k)
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for t in (*other.unused.parameters(), other.unused_buf):
+            t.add_(1.0)
+    fresh = cache["unused_fresh"] = ParallelModule(other, mg, plans["zero3"], lower=False)
+    fresh_opt = cache["unused_fresh_opt"] = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    out["before_load_err"] = _max_err(fresh.state_dict(), user, UNUSED)
+    info = fresh.load(tmp / "ckU", fresh_opt)
+    got = fresh.state_dict()
+    out["load_resharded"] = info.resharded
+    out["load_keys_equal"] = set(got) == set(sd)
+    out["load_err"] = _max_err(got, sd, sd)
+    out["load_unused_err"] = _max_err(got, user, UNUSED)
+
+    shifted = {k: v + 2.0 if k in UNUSED else v for k, v in user.items()}
+    out["lsd"] = config_error(lambda: fresh.load_state_dict(shifted))
+    out["lsd_unused_err"] = _max_err(fresh.state_dict(), shifted, UNUSED)
+    split = shifted | {"unused_alias.weight": shifted["unused.weight"] + 1}
+    out["lsd_tied_error"] = config_error(lambda: fresh.load_state_dict(split))
+    out["lsd_missing_error"] = config_error(lambda: fresh.load_state_dict(
+        {k: v for k, v in user.items() if not k.startswith("unused.") and not k.startswith("unused_alias.")}))
+    return out
+
+
+def _foreign_target_case(tmp: Path, cache: dict) -> dict:
+    """A save into a directory holding another model's checkpoint is refused on every rank with
+    nothing written, unless ``overwrite=True``; a newer checkpoint of the same model (under
+    another plan) replaces it as before. Runs after ``unused`` (its modules)."""
+    import torch.distributed as dist
+
+    from galvatron_fx.runtime import checkpoint as ck
+
+    gpt, gpt_opt = cache["fresh"], cache["fresh_opt"]
+    pm, opt = cache["unused_pm"], cache["unused_opt"]
+    path = tmp / "ckF"
+    gpt.save(path, gpt_opt, step=1)
+    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir())
+    out: dict = {"refused": config_error(lambda: pm.save(path, opt, step=2))}
+    dist.barrier()
+    out["kept"] = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir()) == files
+    out["left"] = sorted(p.name for p in tmp.iterdir() if p.name.startswith(".ckF"))
+    out["kept_loads"] = gpt.load(path, gpt_opt).step
+    pm.save(path, opt, step=3, overwrite=True)
+    out["overwritten"] = [ck.read_manifest(path)[k] for k in ("plan_model", "step")]
+    cache["unused_fresh"].save(path, cache["unused_fresh_opt"], step=4)  # the same model, another plan
+    out["same_model"] = [ck.read_manifest(path)[k] for k in ("plan_model", "step")]
+    out["refused_back"] = config_error(lambda: gpt.save(path, gpt_opt, step=5))
+    out["final_step"] = ck.read_manifest(path)["step"]
+    return out
+
+
 def _worker2(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     tmp_p = Path(tmp)
@@ -314,7 +427,9 @@ def _worker2(rank: int, world: int, port: int, tmp: str) -> None:
                          ("roundtrip", lambda: _roundtrip_case(tmp_p, cache)),
                          ("atomic", lambda: _atomic_case(tmp_p, cache)),
                          ("damaged", lambda: _damaged_case(tmp_p, cache)),
-                         ("load_state_dict", lambda: _load_state_dict_case(cache))],
+                         ("load_state_dict", lambda: _load_state_dict_case(cache)),
+                         ("unused", lambda: _unused_case(tmp_p, cache)),
+                         ("foreign_target", lambda: _foreign_target_case(tmp_p, cache))],
              only_env="GFX_CKPT_ONLY")
 
 
@@ -476,3 +591,46 @@ def test_load_state_dict_from_a_plain_model(world2):
         assert "bogus.weight" in c["unexpected_error"]
         assert "shape" in c["shape_error"] and "tied" in c["tied_error"]
     assert r["missing_error"].count("missing") >= 1
+
+
+def test_unused_parameters_are_kept_in_state_dict_and_checkpoints(world2):
+    """Parameters and a buffer no layer reads: every key of the user's model is in
+    ``state_dict()``, bit-equal and untouched by training, saved, restored by a load under
+    another plan over other values, and taken (and checked) by ``load_state_dict``."""
+    results, _ = world2
+    _ok(results, "unused")
+    for rank, by_case in results.items():
+        c = by_case["unused"]
+        assert c["missing"] == [] and c["extra"] == [], (rank, c["missing"], c["extra"])
+        assert c["unused_err"] == 0.0 and c["trained_unused_err"] == 0.0, (rank, c)
+        assert c["trained_used_moved"] > 0.0, "training did not move the used weights: the check cannot fail"
+        assert c["lsd_own"] == "no error", (rank, c["lsd_own"])
+        assert c["saved_keys"] == ["model.unused.bias", "model.unused.weight", "model.unused_buf"], c["saved_keys"]
+        assert abs(c["before_load_err"] - 1.0) < 1e-6, "the module to load into should start with other unused values"
+        assert c["load_resharded"] and c["load_keys_equal"], (rank, c)
+        assert c["load_err"] == 0.0 and c["load_unused_err"] == 0.0, (rank, c["load_err"], c["load_unused_err"])
+        assert c["lsd"] == "no error" and c["lsd_unused_err"] == 0.0, (rank, c["lsd"], c["lsd_unused_err"])
+        assert "unused.weight and unused_alias.weight" in c["lsd_tied_error"], (rank, c["lsd_tied_error"])
+        assert c["lsd_missing_error"].startswith("ConfigError") and "unused.weight" in c["lsd_missing_error"], \
+            (rank, c["lsd_missing_error"])
+
+
+def test_saving_over_another_models_checkpoint_needs_overwrite(world2):
+    results, _ = world2
+    _ok(results, "foreign_target")
+    msgs = set()
+    for rank, by_case in results.items():
+        c = by_case["foreign_target"]
+        msg = c["refused"]
+        assert msg.startswith("ConfigError") and "refusing to replace" in msg and "overwrite=True" in msg, (rank, msg)
+        assert "'plan2'" in msg and "'gpt-tiny+unused/ddp'" in msg, f"both models should be named: {msg}"
+        assert "this model has unused_buf, which that checkpoint lacks" in msg, msg
+        assert c["kept"] and c["left"] == [] and c["kept_loads"] == 1, (rank, c)
+        assert c["overwritten"] == ["gpt-tiny+unused/ddp", 3], (rank, c["overwritten"])
+        assert c["same_model"] == ["gpt-tiny+unused/zero3", 4], (rank, c["same_model"])
+        back = c["refused_back"]
+        assert back.startswith("ConfigError") and "'gpt-tiny+unused/zero3' (step 4)" in back and "'plan2'" in back, back
+        assert "that checkpoint has unused.bias, unused.weight, unused_buf, which this model lacks" in back, back
+        assert c["final_step"] == 4
+        msgs |= {msg, c["refused_back"]}
+    assert len(msgs) == 2, "ranks raised different errors"

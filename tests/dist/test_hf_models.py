@@ -393,7 +393,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
         jobs += [(f"{f}/backend", (lambda f=f: _backend_case(f, world))) for f in BACKEND_FAMILIES]
     else:
-        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("llama", "t5")]
+        jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("llama",)]
     run_jobs(rank, tmp, jobs, only_env="GFX_HF_CASES")
 
 
@@ -496,7 +496,7 @@ def test_hf_family_trains_like_one_process_at_world_4(results4, family, spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "t5"])
+@pytest.mark.parametrize("family", ["llama"])  # (t5's world-4 search: 31 s; t5 is compiled at world 2)
 def test_hf_compiled_plan_trains_like_one_process_at_world_4(results4, family):
     _check(assert_ok(results4, f"{family}/compiled"))
 

@@ -127,7 +127,8 @@ def test_fp16_loss_scaler_skips_an_overflowing_step(world2, name):
     assert r["fp16_skipped"] == 0, "a well-scaled fp16 run skipped steps"
     assert r["overflow_skipped"] == 1 and r["overflow_scale"] == 2.0**23
     assert r["overflow_moved"] == 0.0, "a skipped step changed the parameters"
-    assert r["loaded_scaler"] == {"scale": 2.0**23, "good_steps": 0, "skipped": 1}, "the loss scale was not restored"
+    assert r["loaded_scaler"] == {"scale": 2.0**23, "good_steps": 0, "skipped": 1, "overflows_at_min_scale": 0}, \
+        "the loss scale was not restored"
 
 
 def test_pipelined_mixed_precision_within_noise_of_fp32(world2):

@@ -117,3 +117,49 @@ def test_non_tensor_entries_are_refused(tmp_path):
     d = _dcp_checkpoint(tmp_path, {"model.w": torch.randn(2), "extra": {"a": 1}})
     with pytest.raises(ConfigError, match="BytesStorageMetadata|not tensors"):
         ck.read_dcp_metadata(d)
+
+
+# ---- the save target: a checkpoint of another model is replaced only when asked --------------
+
+def _saved(root, name: str, model: str, state: dict) -> object:
+    """A checkpoint directory as a save leaves it, as far as the target check reads it."""
+    import torch.distributed.checkpoint as dcp
+
+    d = root / name
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(d, single_file_per_rank=True), no_dist=True)
+    (d / ck.MANIFEST).write_text(json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "plan_model": model,
+                                             "step": 7, "files": {}}))
+    return d
+
+
+def test_a_save_target_holding_another_models_checkpoint_is_refused(tmp_path):
+    import torch
+
+    d = _saved(tmp_path, "ck", "gpt-tiny", {"model.w": torch.zeros(4, 3), "model.b": torch.zeros(3),
+                                            "optim.w.exp_avg": torch.zeros(4, 3)})
+    same = {"model.w": (4, 3), "model.b": (3,)}
+    ck._check_target(d, same, set(), "gpt-tiny under another plan", False)  # the same model: replaced
+    ck._check_target(d, same | {"model.unused": (2,)}, {"model.unused"}, "x", False)  # saved before unused were
+    for want, detail in (({"model.w": (4, 3), "model.b": (3,), "model.v": (1,)},
+                          "this model has v, which that checkpoint lacks"),
+                         ({"model.w": (4, 3)}, "that checkpoint has b, which this model lacks"),
+                         ({"model.w": (4, 4), "model.b": (3,)}, "other shapes: w (4, 3) there, (4, 4) here")):
+        with pytest.raises(ConfigError) as e:
+            ck._check_target(d, want, set(), "llama-tiny", False)
+        msg = str(e.value)
+        assert "refusing to replace" in msg and "'gpt-tiny' (step 7)" in msg and "'llama-tiny'" in msg, msg
+        assert detail in msg and "overwrite=True" in msg, msg
+        ck._check_target(d, want, set(), "llama-tiny", True)
+    # after a crash between a save's two renames: the previous checkpoint beside the path counts
+    os.rename(d, tmp_path / ".ck.old-0123")
+    with pytest.raises(ConfigError, match="another model, 'gpt-tiny'"):
+        ck._check_target(d, {"model.v": (1,)}, set(), "llama-tiny", False)
+    ck._check_target(d, same, set(), "gpt-tiny", False)
+    # an unreadable checkpoint may be anyone's; a directory that is no checkpoint is never replaced
+    (tmp_path / ".ck.old-0123" / ".metadata").write_bytes(b"garbage")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        ck._check_target(d, same, set(), "gpt-tiny", False)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "notes.txt").write_text("user data")
+    with pytest.raises(ConfigError, match="not a galvatron_fx checkpoint"):
+        ck._check_target(tmp_path / "data", same, set(), "gpt-tiny", True)

@@ -38,7 +38,7 @@ def _layer(name: str, role: str, kind: str, stage: int, tp: int, dp_type: str = 
                     reason="over memory budget by 3.20 GiB"),
     ) if role == "block" else ()
     return LayerPlan(name=name, kind=kind, role=role, stage=stage, strategy=LayerStrategy(tp=tp, dp_type=dp_type),
-                     dp=devices // tp, placements={f"{name}_mm": "S(0)R" if tp > 1 else "S(0)"},
+                     dp=devices // tp, placements={f"{name}_mm": "S(0),R->S(1)" if tp > 1 else "R,R->R"},
                      predicted=kw.pop("predicted", _pred(1.0, 500)), alternatives=alts, **kw)
 
 

@@ -1,0 +1,140 @@
+"""The placement strings of a plan: their grammar, and their check against the model's graph.
+
+A plan keeps, per layer, one string per node of the layer's decomposed forward graph (the ATen
+ops DTensor dispatches, :func:`galvatron_fx.search.intra_layer.decompose_layer`): the placement
+on the tp mesh axis of each tensor input, then ``->``, then that of each output::
+
+    "S(1),R->S(2)"    two inputs (sharded on dim 1, replicated), one output sharded on dim 2
+    "->R"             a placeholder (a parameter or an input of the layer): one output
+    "R,R,R->R,R,-"    "-": an output that is not a tensor
+
+Grammar: ``[p(,p)*]->o(,o)*`` with ``p = R | P | S(d)`` (``Replicate``, ``Partial``,
+``Shard(d)``; ``d`` a dim below :data:`MAX_DIM`, no leading zeros) and ``o = p | -``.
+
+Two checks, each a ``ConfigError`` naming the layer, the node, the placement and what a valid
+one looks like:
+
+- syntax, whenever a plan is built or loaded (``ParallelPlan`` calls :func:`placement_problem`);
+- against the graph, once a layer is decomposed: :func:`check_layer_placements` (the number of
+  inputs and outputs of the node, every shard dim below the rank of its tensor);
+  :func:`check_placements` decomposes and checks a whole plan. Node names the graph does not
+  have are left alone: the runtime re-solves a layer whose plan misses its nodes (another torch
+  version names them differently).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from galvatron_fx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.graph import ModelGraph
+    from galvatron_fx.ir.plan import ParallelPlan
+
+__all__ = ["MAX_DIM", "PLACEMENT_HELP", "check_layer_placements", "check_placements", "placement_problem",
+           "split_placement"]
+
+MAX_DIM = 64  # a tensor has fewer dims than this (torch's own limit on CUDA)
+PLACEMENT_HELP = ("a placement is the tp placement of each tensor input, '->', then of each output, each R, P "
+                  "or S(d) (an output may be '-'): e.g. 'S(1),R->S(2)', or '->R' for a placeholder")
+_ONE = re.compile(r"R|P|S\((0|[1-9][0-9]{0,8})\)")
+
+
+def split_placement(s: str) -> tuple[list[str], list[str]]:
+    """``"S(0),R->S(1),-"`` → (["S(0)", "R"], ["S(1)", "-"]); ``ValueError`` when malformed."""
+    problem = placement_problem(s)
+    if problem is not None:
+        raise ValueError(problem)
+    ins, outs = s.split("->")
+    return (ins.split(",") if ins else []), outs.split(",")
+
+
+def placement_problem(s: object) -> str | None:
+    """What is wrong with the syntax of placement string ``s``, or None when it is well formed."""
+    if not isinstance(s, str):
+        return f"must be a string, got {type(s).__name__}"
+    if s.count("->") != 1:
+        return "has no '->' between the inputs' and the outputs' placements" if "->" not in s else \
+            "has more than one '->'"
+    ins, outs = s.split("->")
+    for side, items, may_skip in (("input", ins.split(",") if ins else [], False), ("output", outs.split(","), True)):
+        for k, p in enumerate(items):
+            if (may_skip and p == "-") or ((match := _ONE.fullmatch(p)) and not match.group(1)):
+                continue
+            if match:
+                if int(match.group(1)) < MAX_DIM:
+                    continue
+                return f"shards {side} {k} on dim {match.group(1)}, beyond any tensor's {MAX_DIM} dims"
+            return f"has {p!r} for {side} {k}, which is not R, P or S(d)" + (" or -" if may_skip else "")
+    return None
+
+
+def check_layer_placements(layer: str, placements: Mapping[str, str], gm: fx.GraphModule) -> None:
+    """Check a layer's placements against its decomposed graph ``gm``: each named node's number
+    of tensor inputs and outputs, and every ``S(d)`` below the rank of its tensor. Raises
+    ``ConfigError`` naming the layer, the node and the placement."""
+    problems = []
+    for n in gm.graph.nodes:
+        s = placements.get(n.name)
+        if s is not None and n.op in ("placeholder", "call_function"):
+            if (problem := _node_problem(n, s)) is not None:
+                problems.append(f"node {n.name!r} has placement {s!r}{problem}")
+    if problems:
+        more = f"; … {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise ConfigError(f"plan layer {layer!r}: " + "; ".join(problems[:3]) + more
+                          + f". {PLACEMENT_HELP[0].upper()}{PLACEMENT_HELP[1:]}; re-run `galvatron-fx plan` "
+                            "to make a new plan")
+
+
+def _node_problem(n: fx.Node, s: str) -> str | None:
+    """What does not fit between node ``n`` and its placement ``s`` (a clause to follow the
+    placement in a message), or None."""
+    if (syntax := placement_problem(s)) is not None:
+        return f", which {syntax}"
+    ins, outs = split_placement(s)
+    args = [] if n.op == "placeholder" else [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
+    vals = n.meta.get("val")
+    vals = list(vals) if isinstance(vals, (tuple, list)) else [vals]
+    if len(ins) != len(args):
+        return f" for {_count(len(ins), 'input')}, but it takes {_count(len(args), 'tensor')} ({n.format_node()})"
+    if len(outs) != len(vals):
+        return f" for {_count(len(outs), 'output')}, but it makes {len(vals)}"
+    sides = [("input", k, p, a.meta.get("val")) for k, (p, a) in enumerate(zip(ins, args))]
+    sides += [("output", k, p, v) for k, (p, v) in enumerate(zip(outs, vals))]
+    for side, k, p, v in sides:
+        if not p.startswith("S("):
+            continue
+        if not isinstance(v, torch.Tensor):
+            return f", which shards {side} {k}, not a tensor"
+        if (dim := int(p[2:-1])) >= v.ndim:
+            return (f", which shards {side} {k} on dim {dim}, but that tensor has {_count(v.ndim, 'dim')} "
+                    f"(shape {tuple(v.shape)})")
+    return None
+
+
+def _count(k: int, word: str) -> str:
+    return f"{k} {word}{'s' if k != 1 else ''}"
+
+
+def check_placements(plan: ParallelPlan, mg: ModelGraph, *, decomposed: dict | None = None) -> None:
+    """:func:`check_layer_placements` for every layer of ``plan`` that has placements and a layer
+    of the same name in ``mg``; ``decomposed`` (layer kind → decomposed layer) is used and filled
+    so that a caller that decomposes the layers anyway pays nothing twice."""
+    from galvatron_fx.search.intra_layer import decompose_layer
+
+    decomposed = {} if decomposed is None else decomposed
+    layers = {layer.name: layer for layer in mg.layers}
+    for lp in plan.layers:
+        layer = layers.get(lp.name)
+        if layer is None or not lp.placements:
+            continue
+        if layer.kind not in decomposed:
+            decomposed[layer.kind] = decompose_layer(mg, layer)
+        check_layer_placements(lp.name, lp.placements, decomposed[layer.kind].gm)
