@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from galvatron_fx.cluster import Collective, TierName  # noqa: E402
 from galvatron_fx.cost_models.communication import CommModel  # noqa: E402
-from galvatron_fx.profiler.hardware import fit_rows, _arrangements  # noqa: E402
+from galvatron_fx.profiler.hardware import _arrangements  # noqa: E402
+from galvatron_fx.profiler.hardware_profile import fit_rows  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 FIT_SIZES = [4 * KiB * 4**i for i in range(8)]  # 4 KiB .. 64 MiB

@@ -25,7 +25,7 @@ Two cost models price each plan:
 
 - *raw*: ``AnalyticCostModel`` on the profiled cluster, as ``galvatron_fx.plan`` uses by default;
 - *calibrated*: :func:`galvatron_fx.cost_models.cpu_runtime.cost_model` on the same cluster with
-  this machine's :mod:`~galvatron_fx.cost_models.cpu_runtime` calibration (measured once, about
+  this machine's :mod:`~galvatron_fx.profiler.cpu_calibration` calibration (measured once, about
   four minutes, and cached): compute rates fitted on a *probe* model's single layers, the
   runtime's per-kernel overhead (lowered, and op by op under selective recomputation) and the
   optimizer step from the probe on one rank, the slowdown of N processes sharing the cores,
@@ -35,12 +35,12 @@ Two cost models price each plan:
   calibration used. Tensor-parallel layers are priced by the runtime's traced collectives
   (``traces_runtime``). The slowdown of N processes, which includes the load of other tenants
   of the machine, is measured again on the probe when the benchmark starts
-  (:func:`~galvatron_fx.cost_models.cpu_runtime.with_current_slowdown`, about 20 s;
+  (:func:`~galvatron_fx.profiler.cpu_calibration.with_current_slowdown`, about 20 s;
   ``--cached-slowdown`` keeps the cached one).
 
 Plans are searched with the calibrated model (the planner as it should run on this machine) and
 the raw prediction re-prices the very same plan with the raw model
-(:func:`galvatron_fx.search.planner.price_plan`). The search's pick is the
+(:func:`galvatron_fx.search.price_plan.price_plan`). The search's pick is the
 unconstrained search under the calibrated model.
 
 Figures: ``time_median_abs_rel_error`` (calibrated; ``time_median_abs_rel_error_raw`` too) over
@@ -160,7 +160,7 @@ def strategies(plan) -> str:
 def make_plans(specs: list[Spec], mg, clusters: dict, models: dict) -> list[dict]:
     """Search every spec with the calibrated model; re-price with the raw one."""
     import galvatron_fx as gfx
-    from galvatron_fx.search.planner import price_plan
+    from galvatron_fx.search.price_plan import price_plan
 
     rows = []
     free_peak: dict[int, int] = {}
@@ -205,7 +205,7 @@ def ensure_profile(world: int, cache_dir: str | None) -> str:
     """The cached hardware profile for ``world`` processes here, measured now if missing."""
     import torch.multiprocessing as mp
 
-    from galvatron_fx.cluster import default_cache_dir, local_fingerprint
+    from galvatron_fx.host import default_cache_dir, local_fingerprint
 
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{local_fingerprint(world)}.json"
     if path.exists():
@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     from galvatron_fx import zoo
     from galvatron_fx.cost_models import cpu_runtime
     from galvatron_fx.cost_models.base import AnalyticCostModel
+    from galvatron_fx.profiler import cpu_calibration
 
     specs = [s for s in SPECS if s.quick or not args.quick]
     if args.only:
@@ -381,9 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     clusters = {w: gfx.Cluster.local_cpu(w, cache_dir=args.cache_dir) for w in worlds}
     t_profile = time.perf_counter() - t0
     t0 = time.perf_counter()
-    cal = cpu_runtime.calibrate(cache_dir=args.cache_dir, worlds=worlds, progress=True)
+    cal = cpu_calibration.calibrate(cache_dir=args.cache_dir, worlds=worlds, progress=True)
     if not args.cached_slowdown:  # the other tenants' load now, not when the calibration was cached
-        cal = cpu_runtime.with_current_slowdown(cal, worlds)
+        cal = cpu_calibration.with_current_slowdown(cal, worlds)
     t_cal = time.perf_counter() - t0
     models = {w: {"raw": AnalyticCostModel(clusters[w]), "calibrated": cpu_runtime.cost_model(clusters[w], cal)}
               for w in worlds}

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
-from galvatron_fx.cluster import default_cache_dir, local_fingerprint
+from galvatron_fx.host import default_cache_dir, local_fingerprint
 from galvatron_fx.ir.plan import ParallelPlan
 
 MiB = 2**20

@@ -16,23 +16,19 @@ Terms
 
 The JSON form is strict: unknown keys, missing fields and negative or zero sizes raise
 ``ConfigError`` naming the field (``cluster.device_specs['A100-80GB'].memory_bytes``). Every
-number of a cluster, however built, lies within the sane ranges of :mod:`galvatron_fx.limits`:
-at most 2**20 devices, device memory in [2**20, 2**60] bytes, peak compute in [1e6, 1e21] FLOP/s,
-memory and link bandwidths in [1e6, 1e16] bytes/s, latencies and alphas in [0, 10] s, betas in
-[0, 1e-3] s/byte, overlap slowdown in [1, 100].
+number of a cluster, however built, lies within the sane ranges of :mod:`galvatron_fx.limits`
+(:mod:`galvatron_fx.cluster_checks` lists them). This host's facts, fingerprints and the cache
+directory are :mod:`galvatron_fx.host`'s.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import hashlib
 import json
 import logging
 import math
 import os
-import platform
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from galvatron_fx import limits
+from galvatron_fx.cluster_checks import check_keys, read_number, validate_cluster
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.host import cpu_model, default_cache_dir, host_memory_bytes, local_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +154,7 @@ class Cluster:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        _validate_cluster(self)
+        validate_cluster(self)
 
     # ---------------------------------------------------------------- topology helpers
     @property
@@ -232,7 +230,7 @@ class Cluster:
 
         A hardware-profile file (``galvatron-fx profile --out``) is accepted too: its ``cluster``
         section is used, after checking its fingerprint against this machine only when loaded
-        through ``galvatron_fx.profiler.hardware.load_profile``.
+        through ``galvatron_fx.profiler.hardware_profile.load_profile``.
         """
         text, source = read_json_arg(path_or_str, "cluster")
         data = limits.load_json(text, source, hint="check the file or regenerate it")
@@ -327,74 +325,12 @@ def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:
         raise ConfigError(f"{what} file {str(p)!r} cannot be read: {e}") from None
 
 
-# -------------------------------------------------------------------- fingerprint & cache
-def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """``cache_dir``, else ``$GFX_CACHE_DIR``, else ``~/.cache/galvatron_fx``."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get("GFX_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "galvatron_fx"
-
-
-def cpu_model() -> str:
-    """The CPU model name (from /proc/cpuinfo where available)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def fingerprint_fields(
-    *,
-    num_hosts: int,
-    device_model: str,
-    devices_per_host: int,
-    backend: str,
-    world_size: int,
-    torch_version: str | None = None,
-) -> dict[str, Any]:
-    """The facts a hardware profile depends on (hashed by ``make_fingerprint``)."""
-    if torch_version is None:
-        import torch
-
-        torch_version = torch.__version__
-    return {
-        "num_hosts": num_hosts,
-        "device_model": device_model,
-        "devices_per_host": devices_per_host,
-        "backend": backend,
-        "torch_version": torch_version,
-        "world_size": world_size,
-    }
-
-
-def make_fingerprint(fields: Mapping[str, Any]) -> str:
-    """A short stable hash of ``fingerprint_fields``."""
-    blob = json.dumps(dict(fields), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def local_fingerprint(world_size: int) -> str:
-    """The fingerprint of this machine running ``world_size`` gloo CPU processes."""
-    return make_fingerprint(
-        fingerprint_fields(
-            num_hosts=1,
-            device_model=cpu_model(),
-            devices_per_host=os.cpu_count() or 1,
-            backend="gloo",
-            world_size=world_size,
-        )
-    )
-
-
+# -------------------------------------------------------------------- local defaults
 def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Cluster:
     """Conservative defaults for gloo CPU processes on one host (no profile)."""
     spec = DeviceSpec(
         kind=f"cpu:{cpu_model()}"[:80],
-        memory_bytes=_host_memory_bytes() // max(world_size, 1),
+        memory_bytes=host_memory_bytes() // max(world_size, 1),
         # a share of a few cores doing fp32 GEMM; bf16 on CPU is usually slower
         peak_flops={"float32": 20e9, "bfloat16": 10e9, "float16": 5e9},
         memory_bandwidth_bytes_s=10e9,
@@ -412,18 +348,6 @@ def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Clu
         all_to_all_via_all_gather=True,
         fingerprint=fingerprint,
     )
-
-
-def _host_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 * GiB
-
-
-def hostname() -> str:
-    """This host's name (used in slow-link reports and the fingerprint's host count)."""
-    return socket.gethostname()
 
 
 # -------------------------------------------------------------------- presets
@@ -547,7 +471,7 @@ def heterogeneous(name: str, nodes: list[Cluster]) -> Cluster:
     )
 
 
-# -------------------------------------------------------------------- validation & parsing
+# -------------------------------------------------------------------- JSON (checked by cluster_checks)
 def _tier_to_dict(t: LinkTier) -> dict[str, Any]:
     return {
         "name": str(t.name),
@@ -567,116 +491,8 @@ def _fit_to_dict(f: CollectiveFit) -> dict[str, Any]:
     return d
 
 
-def _check_keys(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> None:
-    if not isinstance(obj, Mapping):
-        raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    unknown = set(obj) - required - optional
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(required | optional)} "
-            "(check spelling or the schema_version)"
-        )
-    missing = required - set(obj)
-    if missing:
-        raise ConfigError(f"{where}: missing required key(s) {sorted(missing)}")
-
-
-def _num(obj: Mapping[str, Any], key: str, where: str, *, positive: bool = True, integer: bool = False,
-         rng: limits.Range | None = None) -> Any:
-    v = obj[key]
-    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok_type or (isinstance(v, float) and not math.isfinite(v)):
-        kind = "an integer" if integer else "a finite number"
-        sane = f" in {rng}" if rng is not None else ""
-        raise ConfigError(f"{where}.{key}: expected {kind}{sane}, got {limits.short_repr(v)}")
-    if not integer:
-        try:
-            v = float(v)
-        except OverflowError:
-            raise ConfigError(f"{where}.{key}: {limits.short_repr(v)} is too large for a float"
-                              + (f"; its sane range is {rng}" if rng is not None else "")) from None
-    if positive and v <= 0:
-        raise ConfigError(f"{where}.{key}: must be > 0, got {limits.short_repr(v)}")
-    if not positive and v < 0:
-        raise ConfigError(f"{where}.{key}: must be >= 0, got {limits.short_repr(v)}")
-    if rng is not None:
-        rng.check(v, f"{where}.{key}")
-    return v
-
-
-_FIT_GROUP = limits.Range(2, limits.DEGREE.hi, "ranks", integer=True)
-_POINT_BYTES = limits.Range(1, limits.BYTES.hi, "bytes", integer=True)
-_POINT_S = limits.Range(0, 1e4, "s")
-
-
-def _validate_cluster(c: Cluster) -> None:
-    """Checks on a constructed cluster (impossible clusters, and numbers outside the sane ranges
-    of :mod:`galvatron_fx.limits`, raise ``ConfigError``)."""
-    if isinstance(c.num_nodes, int) and c.num_nodes < 1:
-        raise ConfigError(f"cluster.num_nodes must be >= 1, got {c.num_nodes}")
-    if isinstance(c.devices_per_node, int) and c.devices_per_node < 1:
-        raise ConfigError(f"cluster.devices_per_node must be >= 1, got {c.devices_per_node} (zero devices)")
-    limits.DEGREE.check(c.num_nodes, "cluster.num_nodes")
-    limits.DEGREE.check(c.devices_per_node, "cluster.devices_per_node")
-    limits.DEGREE.check(c.num_nodes * c.devices_per_node, "cluster.num_nodes × devices_per_node (the world size)",
-                        "galvatron_fx plans for at most 2**20 devices")
-    if len(c.node_kinds) != c.num_nodes:
-        raise ConfigError(
-            f"cluster.node_kinds has {len(c.node_kinds)} entries but num_nodes is {c.num_nodes}; "
-            "give one device kind per node"
-        )
-    for i, k in enumerate(c.node_kinds):
-        if k not in c.device_specs:
-            raise ConfigError(f"cluster.node_kinds[{i}] = {k!r} is not in device_specs {sorted(c.device_specs)}")
-    for k, s in c.device_specs.items():
-        w = f"cluster.device_specs[{k!r}]"
-        if _is_real(s.memory_bytes) and s.memory_bytes <= 0:
-            raise ConfigError(f"{w}.memory_bytes must be > 0, got {s.memory_bytes}")
-        if _is_real(s.memory_bandwidth_bytes_s) and s.memory_bandwidth_bytes_s <= 0:
-            raise ConfigError(f"{w}.memory_bandwidth_bytes_s must be > 0, got {s.memory_bandwidth_bytes_s}")
-        limits.DEVICE_MEMORY.check(s.memory_bytes, f"{w}.memory_bytes", "give the device's memory in bytes")
-        limits.BYTES_S.check(s.memory_bandwidth_bytes_s, f"{w}.memory_bandwidth_bytes_s",
-                             "give the device's memory bandwidth in bytes per second")
-        if not s.peak_flops:
-            raise ConfigError(f"{w}.peak_flops is empty; give at least 'float32'")
-        for d, f in s.peak_flops.items():
-            if _is_real(f) and not f > 0:
-                raise ConfigError(f"{w}.peak_flops[{d!r}] must be > 0, got {f}")
-            limits.FLOPS.check(f, f"{w}.peak_flops[{d!r}]", "give the device's dense peak in FLOP per second "
-                                                            "(e.g. 312e12 for an A100 in bfloat16)")
-    for t in (c.intra_node, c.inter_node):
-        w = f"cluster.{t.name}"
-        if _is_real(t.latency_s) and t.latency_s < 0:
-            raise ConfigError(f"{w}.latency_s must be >= 0, got {t.latency_s}")
-        if _is_real(t.bandwidth_bytes_s) and t.bandwidth_bytes_s <= 0:
-            raise ConfigError(f"{w}.bandwidth_bytes_s must be > 0, got {t.bandwidth_bytes_s}")
-        limits.LATENCY_S.check(t.latency_s, f"{w}.latency_s", "give the link's latency in seconds")
-        limits.BYTES_S.check(t.bandwidth_bytes_s, f"{w}.bandwidth_bytes_s",
-                             "give the per-device bus bandwidth in bytes per second")
-        for coll, per in t.fits.items():
-            for n, f in per.items():
-                fw = f"{w}.fits[{str(coll)!r}][{n!r}]"
-                if not _is_real(n) or n < 2 or not _is_real(f.alpha_s) or f.alpha_s < 0 \
-                        or not _is_real(f.beta_s_per_byte) or f.beta_s_per_byte < 0:
-                    raise ConfigError(f"{fw} is invalid: {f} (group size >= 2, alpha/beta >= 0)")
-                _FIT_GROUP.check(n, f"{fw}: group size")
-                limits.LATENCY_S.check(f.alpha_s, f"{fw}.alpha_s")
-                limits.SECONDS_PER_BYTE.check(f.beta_s_per_byte, f"{fw}.beta_s_per_byte")
-                for i, (nbytes, time_s) in enumerate(f.points):
-                    _POINT_BYTES.check(nbytes, f"{fw}.points[{i}][0] (bytes)")
-                    _POINT_S.check(time_s, f"{fw}.points[{i}][1] (seconds)")
-    if _is_real(c.overlap_slowdown) and c.overlap_slowdown < 1.0:
-        raise ConfigError(f"cluster.overlap_slowdown must be >= 1, got {c.overlap_slowdown}")
-    limits.OVERLAP.check(c.overlap_slowdown, "cluster.overlap_slowdown")
-
-
-def _is_real(v: Any) -> bool:
-    """A finite int or float (not a bool): one the ordering checks above can compare."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
-    _check_keys(d, where, {"latency_s", "bandwidth_bytes_s"}, {"name", "fits"})
+    check_keys(d, where, {"latency_s", "bandwidth_bytes_s"}, {"name", "fits"})
     if d.get("name", str(expect)) != str(expect):
         raise ConfigError(f"{where}.name: expected {str(expect)!r}, got {d['name']!r}")
     fits: dict[Collective, dict[int, CollectiveFit]] = {}
@@ -696,7 +512,7 @@ def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
                 n = int(n_s)
             except ValueError:
                 raise ConfigError(f"{fw}: group size must be an integer") from None
-            _check_keys(f, fw, {"alpha_s", "beta_s_per_byte"}, {"points"})
+            check_keys(f, fw, {"alpha_s", "beta_s_per_byte"}, {"points"})
             points = f.get("points", [])
             ok = isinstance(points, list) and all(
                 isinstance(q, list) and len(q) == 2 and isinstance(q[0], int) and q[0] > 0
@@ -706,14 +522,14 @@ def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
             if not ok or [q[0] for q in points] != sorted({q[0] for q in points}):
                 raise ConfigError(f"{fw}.points: expected [[nbytes > 0, time_s > 0], ...] with increasing nbytes")
             fits.setdefault(coll, {})[n] = CollectiveFit(
-                alpha_s=float(_num(f, "alpha_s", fw, positive=False, rng=limits.LATENCY_S)),
-                beta_s_per_byte=float(_num(f, "beta_s_per_byte", fw, positive=False, rng=limits.SECONDS_PER_BYTE)),
+                alpha_s=float(read_number(f, "alpha_s", fw, positive=False, rng=limits.LATENCY_S)),
+                beta_s_per_byte=float(read_number(f, "beta_s_per_byte", fw, positive=False, rng=limits.SECONDS_PER_BYTE)),
                 points=tuple((int(a), float(b)) for a, b in points),
             )
     return LinkTier(
         name=expect,
-        latency_s=float(_num(d, "latency_s", where, positive=False, rng=limits.LATENCY_S)),
-        bandwidth_bytes_s=float(_num(d, "bandwidth_bytes_s", where, rng=limits.BYTES_S)),
+        latency_s=float(read_number(d, "latency_s", where, positive=False, rng=limits.LATENCY_S)),
+        bandwidth_bytes_s=float(read_number(d, "bandwidth_bytes_s", where, rng=limits.BYTES_S)),
         fits=fits,
     )
 
@@ -724,21 +540,21 @@ _CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_al
 
 def _cluster_from_dict(d: Any) -> Cluster:
     w = "cluster"
-    _check_keys(d, w, _CLUSTER_REQUIRED, _CLUSTER_OPTIONAL)
+    check_keys(d, w, _CLUSTER_REQUIRED, _CLUSTER_OPTIONAL)
     version = d.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise ConfigError(f"{w}.schema_version: this galvatron_fx reads version {SCHEMA_VERSION}, got {version!r}")
     if not isinstance(d["name"], str):
         raise ConfigError(f"{w}.name: expected a string")
-    num_nodes = _num(d, "num_nodes", w, integer=True, rng=limits.DEGREE)
-    dpn = _num(d, "devices_per_node", w, integer=True, rng=limits.DEGREE)
+    num_nodes = read_number(d, "num_nodes", w, integer=True, rng=limits.DEGREE)
+    dpn = read_number(d, "devices_per_node", w, integer=True, rng=limits.DEGREE)
     specs_raw = d["device_specs"]
     if not isinstance(specs_raw, Mapping) or not specs_raw:
         raise ConfigError(f"{w}.device_specs: expected a non-empty object of device kind -> spec")
     specs: dict[str, DeviceSpec] = {}
     for kind, s in specs_raw.items():
         sw = f"{w}.device_specs[{kind!r}]"
-        _check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind"})
+        check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind"})
         if s.get("kind", kind) != kind:
             raise ConfigError(f"{sw}.kind: {s['kind']!r} differs from its key {kind!r}")
         pf = s["peak_flops"]
@@ -746,14 +562,14 @@ def _cluster_from_dict(d: Any) -> Cluster:
             raise ConfigError(f"{sw}.peak_flops: expected a non-empty object of dtype -> FLOP/s")
         specs[kind] = DeviceSpec(
             kind=kind,
-            memory_bytes=int(_num(s, "memory_bytes", sw, integer=True, rng=limits.DEVICE_MEMORY)),
-            peak_flops={str(k): float(_num(pf, k, f"{sw}.peak_flops", rng=limits.FLOPS)) for k in pf},
-            memory_bandwidth_bytes_s=float(_num(s, "memory_bandwidth_bytes_s", sw, rng=limits.BYTES_S)),
+            memory_bytes=int(read_number(s, "memory_bytes", sw, integer=True, rng=limits.DEVICE_MEMORY)),
+            peak_flops={str(k): float(read_number(pf, k, f"{sw}.peak_flops", rng=limits.FLOPS)) for k in pf},
+            memory_bandwidth_bytes_s=float(read_number(s, "memory_bandwidth_bytes_s", sw, rng=limits.BYTES_S)),
         )
     kinds = d["node_kinds"]
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
         raise ConfigError(f"{w}.node_kinds: expected a list of device kind names")
-    slowdown = float(_num(d, "overlap_slowdown", w)) if "overlap_slowdown" in d else 1.0
+    slowdown = float(read_number(d, "overlap_slowdown", w)) if "overlap_slowdown" in d else 1.0
     fp = d.get("fingerprint")
     if fp is not None and not isinstance(fp, str):
         raise ConfigError(f"{w}.fingerprint: expected a string or null")

@@ -17,46 +17,34 @@ sample of many sizes rather than every sample of one), each after a world barrie
 time is the fastest rank of each group (the last to arrive sees the pure duration) and the slowest
 group; a row keeps the fastest pass, which is robust on shared hosts. Sizes follow the ``nbytes`` convention of
 ``galvatron_fx.cost_models.communication``. Point-to-point is timed as half a ping-pong for every
-rank pair, in round-robin rounds of disjoint pairs. Fits minimise the *relative* error
-``sum(((alpha + beta*s) - t) / t)^2`` with ``alpha, beta >= 0`` (non-negative least squares on
-rows scaled by ``1/t``), so small messages weigh as much as 64 MiB ones.
+rank pair, in round-robin rounds of disjoint pairs. The rows are fitted, and the profile kept
+and cached, by :mod:`galvatron_fx.profiler.hardware_profile`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
-import math
 import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from galvatron_fx.cluster import (
-    Cluster,
-    Collective,
-    CollectiveFit,
-    DeviceSpec,
-    LinkTier,
-    TierName,
-    cpu_model,
-    default_cache_dir,
-    fingerprint_fields,
-    hostname,
-    make_fingerprint,
-)
+from galvatron_fx.cluster import Collective, TierName
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.host import hostname, make_fingerprint
 from galvatron_fx.limits import load_json
+from galvatron_fx.profiler.hardware_profile import (
+    HardwareProfile,
+    build_cluster,
+    cache_path,
+    current_fingerprint_fields,
+    detect_slow_links,
+    profile_from_dict,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,208 +52,12 @@ CLI_HELP = "measure collectives, p2p links, matmul/attention throughput and over
 KiB = 1024
 MiB = 1024 * KiB
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(4 * KiB * 4**i for i in range(8))  # 4 KiB .. 64 MiB
-PROFILE_SCHEMA_VERSION = 1
 _COMM_COLLECTIVES = (
     Collective.ALL_REDUCE,
     Collective.ALL_GATHER,
     Collective.REDUCE_SCATTER,
     Collective.ALL_TO_ALL,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class HardwareProfile:
-    """Everything one profiling run measured, plus the fitted ``Cluster``."""
-
-    fingerprint: str
-    fingerprint_fields: dict[str, Any]
-    cluster: Cluster
-    hosts: list[str]  # hostname of every rank
-    measurements: list[dict[str, Any]]  # collective, group_size, arrangement, tier, nbytes, time_s
-    compute: list[dict[str, Any]] = field(default_factory=list)  # op, size, dtype, time_s, flops_s
-    overlap: dict[str, float] = field(default_factory=dict)
-    p2p_bandwidth: list[dict[str, Any]] = field(default_factory=list)  # src, dst, bytes_s
-    slow_links: list[str] = field(default_factory=list)
-    unsupported: list[str] = field(default_factory=list)
-    schema_version: int = PROFILE_SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["cluster"] = self.cluster.to_dict()
-        return d
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write JSON to ``path`` (atomically) and return it."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=p.parent, delete=False, suffix=".tmp") as f:
-            json.dump(self.to_dict(), f, indent=1, sort_keys=True)
-        os.replace(f.name, p)
-        return p
-
-
-def cache_path(fingerprint: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where the profile of ``fingerprint`` is cached."""
-    return default_cache_dir(cache_dir) / f"hardware-{fingerprint}.json"
-
-
-def current_fingerprint_fields(*, backend: str, world_size: int, num_hosts: int = 1) -> dict[str, Any]:
-    """The fingerprint facts of this host (for ``backend`` and ``world_size``)."""
-    import torch
-
-    if backend == "nccl" and torch.cuda.is_available():
-        model, count = torch.cuda.get_device_name(0), torch.cuda.device_count()
-    else:
-        model, count = cpu_model(), os.cpu_count() or 1
-    return fingerprint_fields(
-        num_hosts=num_hosts, device_model=model, devices_per_host=count, backend=backend, world_size=world_size
-    )
-
-
-def load_profile(path: str | os.PathLike, *, check_fingerprint: bool = True) -> HardwareProfile:
-    """Load a profile JSON; with ``check_fingerprint`` refuse one measured on other hardware.
-
-    The recorded host count, backend and world size are taken from the file; device model,
-    device count and torch version are compared with this host. Raises ``ConfigError`` naming
-    the differing facts.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read hardware profile {str(p)!r}: {e}; re-run `galvatron-fx profile`") from e
-    d = load_json(text, f"hardware profile {str(p)!r}", hint="re-run `galvatron-fx profile`")
-    return _profile_from_dict(d, source=str(p), check_fingerprint=check_fingerprint)
-
-
-def _profile_from_dict(d: Any, *, source: str, check_fingerprint: bool) -> HardwareProfile:
-    p = source
-    need = {"fingerprint", "fingerprint_fields", "cluster", "hosts", "measurements"}
-    if not isinstance(d, dict) or need - set(d):
-        raise ConfigError(f"{p!r} is not a hardware profile (missing {sorted(need - set(d or {}))})")
-    fields = d["fingerprint_fields"]
-    if make_fingerprint(fields) != d["fingerprint"]:
-        raise ConfigError(f"{p!r}: fingerprint does not match its recorded fields (edited by hand?); re-profile")
-    if check_fingerprint:
-        here = current_fingerprint_fields(
-            backend=fields.get("backend", "gloo"),
-            world_size=fields.get("world_size", 1),
-            num_hosts=fields.get("num_hosts", 1),
-        )
-        diff = {k: (fields.get(k), v) for k, v in here.items() if fields.get(k) != v}
-        if diff:
-            shown = ", ".join(f"{k}: profile {a!r} vs here {b!r}" for k, (a, b) in sorted(diff.items()))
-            raise ConfigError(
-                f"hardware profile {p!r} was measured on different hardware ({shown}); "
-                "re-run `galvatron-fx profile` on this machine, or pass check_fingerprint=False to use it anyway"
-            )
-    known = {f.name for f in dataclasses.fields(HardwareProfile)}
-    kwargs = {k: v for k, v in d.items() if k in known}
-    kwargs["cluster"] = Cluster.from_dict(d["cluster"])
-    return HardwareProfile(**kwargs)
-
-
-# ---------------------------------------------------------------------------- fitting
-def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float], *, keep_points: bool = True) -> CollectiveFit:
-    """``alpha + beta * nbytes`` minimising the squared *relative* error, with alpha, beta >= 0.
-
-    With ``keep_points`` the measured points (fastest time per size) are kept for log-log
-    interpolation inside the measured range (see ``CollectiveFit``).
-    """
-    from scipy.optimize import nnls
-
-    s = np.asarray(nbytes, dtype=float)
-    t = np.asarray(times_s, dtype=float)
-    if len(s) == 0 or np.any(t <= 0):
-        raise ValueError("fit_alpha_beta needs at least one positive time")
-    a = np.stack([1.0 / t, s / t], axis=1)
-    coef, _ = nnls(a, np.ones_like(t))
-    points: tuple[tuple[int, float], ...] = ()
-    if keep_points:
-        best: dict[int, float] = {}
-        for si, ti in zip(s, t):  # several arrangements of one size: keep the median
-            best.setdefault(int(si), []).append(float(ti))  # type: ignore[arg-type]
-        sizes = sorted(best)
-        smooth = _monotone([float(np.median(best[k])) for k in sizes], [len(best[k]) for k in sizes])
-        points = tuple(zip(sizes, smooth))
-    return CollectiveFit(alpha_s=float(coef[0]), beta_s_per_byte=float(coef[1]), points=points)
-
-
-def _monotone(times: list[float], weights: list[int]) -> list[float]:
-    """The closest non-decreasing sequence (pool adjacent violators, geometric means).
-
-    Moving more bytes never takes less time, so a dip between sizes is scheduler noise in one
-    of them; pooling the offending neighbours averages it out instead of interpolating it.
-    """
-    blocks: list[list[float]] = []  # [sum of w*log t, sum of w, count]
-    for t, w in zip(times, weights):
-        blocks.append([w * math.log(t), float(w), 1])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            lw, ww, cnt = blocks.pop()
-            blocks[-1][0] += lw
-            blocks[-1][1] += ww
-            blocks[-1][2] += cnt
-    out: list[float] = []
-    for lw, ww, cnt in blocks:
-        out.extend([math.exp(lw / ww)] * int(cnt))
-    return out
-
-
-def fit_rows(rows: Iterable[Mapping[str, Any]]) -> dict[TierName, dict[Collective, dict[int, CollectiveFit]]]:
-    """Fits per (tier, collective, group size) from measurement rows (all arrangements pooled)."""
-    groups: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
-    for r in rows:
-        groups.setdefault((r["tier"], r["collective"], int(r["group_size"])), []).append((r["nbytes"], r["time_s"]))
-    out: dict[TierName, dict[Collective, dict[int, CollectiveFit]]] = {}
-    for (tier, coll, n), pts in sorted(groups.items()):
-        s, t = zip(*pts)
-        out.setdefault(TierName(tier), {}).setdefault(Collective(coll), {})[n] = fit_alpha_beta(s, t)
-    return out
-
-
-def detect_slow_links(
-    pair_bytes_s: Mapping[tuple[int, int], float],
-    rank_names: Sequence[str],
-    node_of: Callable[[int], int] | None = None,
-    *,
-    threshold: float = 0.5,
-) -> list[str]:
-    """Rank pairs (and nodes) whose p2p bandwidth is below ``threshold`` × the median.
-
-    Pairs are compared with the median of pairs on the same tier (same node or not) so that a
-    normal inter-node link is not reported as slow next to NVLink.
-    """
-    if not pair_bytes_s:
-        return []
-    node_of = node_of or (lambda r: 0)
-    reports: list[str] = []
-    by_tier: dict[bool, list[tuple[tuple[int, int], float]]] = {}
-    for (a, b), bw in pair_bytes_s.items():
-        by_tier.setdefault(node_of(a) == node_of(b), []).append(((a, b), bw))
-    for same, items in sorted(by_tier.items()):
-        med = statistics.median(bw for _, bw in items)
-        for (a, b), bw in sorted(items):
-            if bw < threshold * med:
-                reports.append(
-                    f"slow link {rank_names[a]} <-> {rank_names[b]}: {bw / 1e9:.3g} GB/s, "
-                    f"median {'intra' if same else 'inter'}-node {med / 1e9:.3g} GB/s"
-                )
-    # a node whose inter-node links are all slow
-    per_node: dict[int, list[float]] = {}
-    for (a, b), bw in pair_bytes_s.items():
-        if node_of(a) != node_of(b):
-            per_node.setdefault(node_of(a), []).append(bw)
-            per_node.setdefault(node_of(b), []).append(bw)
-    if len(per_node) >= 3:
-        node_bw = {n: statistics.median(v) for n, v in per_node.items()}
-        med = statistics.median(node_bw.values())
-        for n, bw in sorted(node_bw.items()):
-            if bw < threshold * med:
-                ranks = [r for r in range(len(rank_names)) if node_of(r) == n]
-                host = rank_names[ranks[0]].split(":")[0] if ranks else str(n)
-                reports.append(f"slow node {n} ({host}): inter-node {bw / 1e9:.3g} GB/s, median {med / 1e9:.3g} GB/s")
-    return reports
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -528,7 +320,7 @@ def profile_hardware(
         if use_cache and world > 1:
             dist.broadcast_object_list(cached, src=0)
         if cached[0] is not None:
-            prof = _profile_from_dict(load_json(cached[0], f"hardware profile {str(cpath)!r}"), source=str(cpath),
+            prof = profile_from_dict(load_json(cached[0], f"hardware profile {str(cpath)!r}"), source=str(cpath),
                                       check_fingerprint=True)
             logger.info("using cached hardware profile %s", cpath)
             if rank == 0 and out is not None:
@@ -625,7 +417,7 @@ def profile_hardware(
         compute_rows = gathered[0][1]
         mem_bw = max(g[2] for g in gathered)
         overlap_info = gathered[0][3]
-        cluster = _build_cluster(
+        cluster = build_cluster(
             rows, compute_rows, mem_bw, overlap_info, backend=be, device=device, num_nodes=len(host_order), dpn=dpn,
             fingerprint=fp, hosts=host_order, colls_supported=colls,
         )
@@ -710,57 +502,6 @@ def _measure_overlap(device, sync, dist, repeats: int) -> dict[str, float]:
     together = _timed(both, 1, repeats, sync)
     slowdown = min(max(together / max(comp, comm), 1.0), (comp + comm) / max(comp, comm))
     return dict(compute_s=comp, comm_s=comm, together_s=together, slowdown=slowdown)
-
-
-def _build_cluster(
-    rows, compute_rows, mem_bw, overlap_info, *, backend, device, num_nodes, dpn, fingerprint, hosts, colls_supported
-) -> Cluster:
-    import torch
-
-    fits = fit_rows(rows)
-    if device.type == "cuda":
-        kind = torch.cuda.get_device_name(device)
-        memory = torch.cuda.get_device_properties(device).total_memory
-    else:
-        kind = f"cpu:{cpu_model()}"[:80]
-        try:
-            host_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            host_mem = 8 * 2**30
-        memory = host_mem // dpn
-    peak = {}
-    for r in compute_rows:
-        if r["op"] == "matmul":
-            peak[r["dtype"]] = max(peak.get(r["dtype"], 0.0), r["flops_s"])
-    if not peak:
-        peak = {"float32": 20e9}
-    spec = DeviceSpec(kind=kind, memory_bytes=int(memory), peak_flops=peak, memory_bandwidth_bytes_s=mem_bw or 10e9)
-
-    def tier(name: TierName, lat: float, bw: float) -> LinkTier:
-        f = fits.get(name, {})
-        ar = f.get(Collective.ALL_REDUCE, {})
-        if ar:
-            n = max(ar)
-            lat = ar[min(ar)].alpha_s
-            if ar[n].beta_s_per_byte > 0:
-                bw = bandwidth_factor(Collective.ALL_REDUCE, n) / ar[n].beta_s_per_byte
-        return LinkTier(name=name, latency_s=lat, bandwidth_bytes_s=bw, fits=f)
-
-    gpu = backend == "nccl"
-    return Cluster(
-        name=f"profiled-{hosts[0]}" + (f"x{num_nodes}" if num_nodes > 1 else ""),
-        num_nodes=num_nodes,
-        devices_per_node=dpn,
-        device_specs={kind: spec},
-        node_kinds=(kind,) * num_nodes,
-        intra_node=tier(TierName.INTRA_NODE, 10e-6 if gpu else 50e-6, 100e9 if gpu else 1e9),
-        inter_node=tier(TierName.INTER_NODE, 25e-6 if gpu else 100e-6, 20e9 if gpu else 1.25e9),
-        overlap_slowdown=float(overlap_info.get("slowdown", 1.0 if not gpu else 1.2)),
-        backend=backend,
-        # DTensor uses all-gather + chunk instead of all-to-all on CPU meshes
-        all_to_all_via_all_gather=device.type == "cpu" or Collective.ALL_TO_ALL not in colls_supported,
-        fingerprint=fingerprint,
-    )
 
 
 # ---------------------------------------------------------------------------- CLI

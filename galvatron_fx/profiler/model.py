@@ -49,9 +49,10 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
-from galvatron_fx.cluster import Cluster, cpu_model, default_cache_dir, make_fingerprint
+from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
 from galvatron_fx.limits import load_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts

@@ -36,22 +36,11 @@ remembering its last choice ``c_i`` and its predecessor point (back-pointer). ::
     F_i(g')  = Pareto{ (m + m_i[c'], t + R_i[c, c'] + t_i[c'])  : c' ∈ g', (m, t; c) ∈ ∪_g F_{i-1}(g) }
     prune    (a) time inf; (b) m + S_i[c'] > B, where S_i[c'] is the least memory layers i+1..L-1
              can add after c' (a backward min-plus pass); (c) `solve_chain` only: the bound
-             t + h_λ[i][c'] − λ·(B − m) > UB for some λ in a small set Λ (below)
+             t + h_λ[i][c'] − λ·(B − m) > UB for some λ in a small set Λ (chain_bounds)
     answer   the point of F_{L-1}(all) with the least time; walk the back-pointers for the choices.
 
-Bound (c): for λ ≥ 0, ``h_λ[i][c]`` is the least ``Σ_{j>i} (t_j + R_j + λ·m_j)`` after choice c
-(no memory limit; one backward min-plus pass, vectorised over λ). A completion that fits adds at
-most ``B − m`` bytes, so no completion of the point finishes faster than the bound. ``UB`` is the
-time of a known fitting assignment (the incumbent): the best λ-minimiser that fits, or a splice of
-the two λ-minimisers that bracket the budget. Λ = {0} ∪ the two λ with the best dual value
-``min_c (T + λM) − λB``; secant steps on λ walk the lower convex hull of the frontier to the
-dual-optimal λ. The sweep first runs with UB = D + gap/64, then D + gap/8 (D the best dual value,
-gap = incumbent − D): whatever survives a cap at or above the optimum includes the optimum, so the
-first sweep that finds anything is exact, and thin bands are cheap; the last sweep uses the
-incumbent. This is Lagrangian branch-and-bound inside the DP; it makes the 128×24 and 1000×8
-chains below keep tens to a few thousand points instead of ~10^5. It cannot help when many layers
-share one time/memory slope (near-ties everywhere, a subset-sum in disguise): the exact frontier
-then grows to ~10^5 points and a warning suggests ``mem_resolution_bytes``.
+Bound (c) — Lagrangian branch-and-bound inside the DP — is derived in
+:mod:`galvatron_fx.search.chain_bounds`.
 
 Why it is exact: both objectives are sums along the chain, and the cost of any completion of a
 partial assignment depends only on its last choice's outgoing row. If two partial assignments end
@@ -62,10 +51,7 @@ fitting completion is slower than an assignment already in hand (with a 1e-9 rel
 float round-off). Exact equality of transition rows is used for grouping, so merging never changes
 the answer. `pareto_frontier` uses (a) and (b) only, since it wants every frontier point.
 
-Pareto pruning is vectorised: candidates are sorted by (group, memory, time) with one
-``np.lexsort``; a point survives iff its time is strictly below the running minimum of its group's
-earlier points (``np.minimum.accumulate`` over integer time ranks offset per group, so one pass
-does all groups).
+Pareto pruning is vectorised (:mod:`galvatron_fx.search.chain_frontier`).
 
 With ``extra_max_bytes`` the objective is not additive; `solve_chain` enumerates the threshold
 ``θ`` over the distinct extra values ``θ_1 < ... < θ_D``: forbid choices with extra > θ, solve the
@@ -108,6 +94,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from galvatron_fx.search.chain_bounds import _Bounds, _lagrangian_bounds
+from galvatron_fx.search.chain_frontier import _BIG, _groups, _min_mem, _pareto_keep, _suffix_min_mem
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -119,9 +108,6 @@ __all__ = [
     "solve_chain",
 ]
 
-# "Unreachable" memory: far above any real byte count, far enough below int64's max that sums of a
-# few of them cannot overflow.
-_BIG = np.iinfo(np.int64).max // 8
 # A frontier this large means seconds per layer: say so once and suggest rounding.
 _WARN_FRONTIER = 200_000
 
@@ -433,221 +419,7 @@ def _forward(
     return _DPRun(tuple(choices), cur_m, cur_t, sizes)
 
 
-@dataclass(frozen=True)
-class _Bounds:
-    """Lagrangian pruning for `_run_dp` (exact: it only drops points that cannot beat ``ub_s``).
 
-    For a multiplier ``λ ≥ 0`` let ``h_λ[i][c]`` be the least ``Σ (time + λ·memory)`` that layers
-    i+1.. add after choice c (a min-plus pass, no memory limit). A completion that fits must add at
-    most ``B − m`` bytes, so a point (m, t) at layer i ending in c finishes no faster than
-    ``t + h_λ[i][c] − λ·(B − m)``. Points above ``ub_s`` (the time of a known feasible assignment,
-    or a caller's cap) are dropped. λ = 0 gives the memory-blind suffix bound.
-    """
-
-    lams: np.ndarray  # (n,)
-    h: list[np.ndarray]  # per layer, (n, K_i)
-    budget: int
-    ub_s: float
-    incumbent: tuple[int, ...] | None  # the assignment whose time is ub_s, if any
-    dual_s: float  # max over λ of min(T + λM) − λB: a lower bound on the optimum
-
-    def prune(self, i: int, m: np.ndarray, t: np.ndarray, c: np.ndarray) -> np.ndarray:
-        if not math.isfinite(self.ub_s):
-            return np.zeros(m.size, dtype=bool)
-        slack = (self.budget - m).astype(np.float64)
-        out = np.zeros(m.size, dtype=bool)
-        for lam, h in zip(self.lams, self.h[i]):
-            # the margin absorbs round-off: sums taken in another order than the incumbent's
-            tol = 1e-9 * (abs(self.ub_s) + lam * self.budget) + 1e-300
-            out |= t + h[c] - lam * slack > self.ub_s + tol
-        return out
-
-
-def _lagrangian_pass(
-    times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], lams: np.ndarray
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
-    """For each λ: suffix tables h, and the assignment minimising Σ time + λ·memory with its (T, M).
-
-    Returns (h per layer (n, K_i), choices (n, L), T (n,), M (n,)). Vectorised over λ.
-    """
-    num_layers = len(times)
-    lam = lams[:, None]
-    enter: list[np.ndarray] = [np.zeros(0)] * num_layers  # (n, K_i): cost of taking choice c at i onwards
-    h: list[np.ndarray] = [np.zeros(0)] * num_layers
-    h[-1] = np.zeros((lams.size, times[-1].size))
-    for i in range(num_layers - 1, -1, -1):
-        enter[i] = times[i][None, :] + lam * mems[i][None, :] + h[i]
-        if i:
-            # (n, 1, K_i) + (K_{i-1}, K_i) -> min over K_i -> (n, K_{i-1})
-            h[i - 1] = (enter[i][:, None, :] + trans[i][None, :, :]).min(axis=2)
-    rows = np.arange(lams.size)
-    choice = np.zeros((lams.size, num_layers), dtype=np.int64)
-    c = enter[0].argmin(axis=1)
-    total_t = times[0][c].copy()
-    total_m = mems[0][c].copy()
-    choice[:, 0] = c
-    for i in range(1, num_layers):
-        step = trans[i][c, :]  # (n, K_i)
-        nxt = (step + enter[i]).argmin(axis=1)
-        total_t += times[i][nxt] + step[rows, nxt]
-        total_m += mems[i][nxt]
-        c = nxt
-        choice[:, i] = c
-    return h, choice, total_t, total_m
-
-
-def _lagrangian_bounds(
-    times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], budget: int, time_cap_s: float
-) -> _Bounds:
-    """Multipliers and an incumbent for `_Bounds`.
-
-    A log grid of λ brackets the budget: λ_lo's minimiser uses too much memory, λ_hi's fits. Then
-    secant steps λ = (T_hi − T_lo) / (M_lo − M_hi) walk the lower convex hull of the (M, T) frontier
-    to the two hull vertices around the budget; that λ maximises the dual ``min(T + λM) − λB``, the
-    tightest single-λ bound. The incumbent is the best fitting λ-minimiser or splice of the two
-    bracketing assignments (a prefix of one, the suffix of the other). Each step is one
-    O(Σ K_{i-1} K_i) min-plus pass.
-    """
-    t_span = sum(float(np.ptp(t[np.isfinite(t)])) if np.isfinite(t).any() else 0.0 for t in times)
-    m_span = sum(int(np.ptp(m)) for m in mems)
-    lam0 = max(t_span, 1e-12) / max(m_span, 1)
-    # The last λ makes one byte outweigh every time difference: its minimiser uses the least memory,
-    # so an incumbent exists whenever anything fits.
-    lam_big = 4.0 * (t_span + sum(float(np.ptp(r[np.isfinite(r)])) if np.isfinite(r).any() else 0.0 for r in trans[1:]) + 1.0)
-    lams = [np.concatenate([[0.0], lam0 * np.logspace(-3, 3, 13), [max(lam_big, lam0 * 1e4)]])]
-    h, choice, tt, mm = _lagrangian_pass(times, mems, trans, lams[0])
-    hs, choices, tts, mms = [h], [choice], [tt], [mm]
-    feas = np.isfinite(tt) & (mm <= budget)
-    if feas.any() and not feas[0] and budget < _BIG:
-        j = int(np.argmax(feas))  # memory falls as λ grows: the first λ that fits
-        lo = (choice[j - 1], float(tt[j - 1]), int(mm[j - 1]))
-        hi = (choice[j], float(tt[j]), int(mm[j]))
-        for _ in range(40):
-            if lo[2] <= hi[2] or not math.isfinite(lo[1]):
-                break
-            lam = (hi[1] - lo[1]) / (lo[2] - hi[2])
-            h1, c1, t1, m1 = _lagrangian_pass(times, mems, trans, np.array([max(lam, 0.0)]))
-            hs.append(h1), choices.append(c1), tts.append(t1), mms.append(m1), lams.append(np.array([max(lam, 0.0)]))
-            new = (c1[0], float(t1[0]), int(m1[0]))
-            value_new = new[1] + lam * new[2]
-            value_lo = lo[1] + lam * lo[2]
-            if value_new >= value_lo - 1e-12 * (abs(value_lo) + 1e-30):
-                break  # lo and hi are adjacent hull vertices: λ is dual-optimal
-            if new[2] <= budget:
-                hi = new
-            else:
-                lo = new
-        splice = _splice(times, mems, trans, lo[0], hi[0], budget)
-        if splice is not None:
-            choices.append(splice[0][None, :]), tts.append(np.array([splice[1]])), mms.append(np.array([splice[2]]))
-    grid = np.concatenate(lams)
-    h = [np.concatenate([x[i] for x in hs]) for i in range(len(times))]
-    choice, tt, mm = np.concatenate(choices), np.concatenate(tts), np.concatenate(mms)
-    feas = np.isfinite(tt) & (mm <= budget)
-    ub, incumbent = time_cap_s, None
-    if feas.any():
-        k = int(np.flatnonzero(feas)[np.argmin(tt[feas])])
-        if tt[k] <= ub:
-            ub, incumbent = float(tt[k]), tuple(int(c) for c in choice[k])
-    # Dual value of each λ (how tight its bound is at the root); keep λ = 0 and the two best.
-    root = (times[0][None, :] + grid[:, None] * mems[0][None, :] + h[0]).min(axis=1)
-    dual = root - grid * float(budget)
-    best_two = [int(k) for k in np.argsort(-dual, kind="stable")[:2]]
-    pick = sorted({0, *best_two})
-    if len(pick) == 3 and grid[pick[1]] == grid[pick[2]]:
-        pick = pick[:2]
-    dual_best = float(dual[best_two[0]]) if np.isfinite(dual[best_two[0]]) else -math.inf
-    return _Bounds(grid[pick], [hh[pick] for hh in h], budget, ub, incumbent, dual_best)
-
-
-def _splice(
-    times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None], a: np.ndarray, b: np.ndarray, budget: int
-) -> tuple[np.ndarray, float, int] | None:
-    """Best fitting assignment among a[:k] + b[k:] and b[:k] + a[k:] over all k (None if none fits)."""
-    num_layers = len(times)
-    if num_layers < 2:
-        return None
-    idx = np.arange(num_layers)
-    best = None
-    for x, y in ((a, b), (b, a)):
-        # per-layer own costs, transitions inside x and inside y, and the cross transition x->y at k
-        tx = np.array([times[i][x[i]] for i in idx])
-        ty = np.array([times[i][y[i]] for i in idx])
-        rx = np.array([0.0] + [trans[i][x[i - 1], x[i]] for i in idx[1:]])
-        ry = np.array([0.0] + [trans[i][y[i - 1], y[i]] for i in idx[1:]])
-        cross = np.array([trans[k][x[k - 1], y[k]] for k in idx[1:]])  # k = 1..L-1
-        mx = np.array([mems[i][x[i]] for i in idx], dtype=np.int64)
-        my = np.array([mems[i][y[i]] for i in idx], dtype=np.int64)
-        pre_t = np.cumsum(tx + rx)[:-1]  # layers < k from x, k = 1..L-1
-        suf_t = np.cumsum((ty + ry)[::-1])[::-1][1:] - ry[1:]  # layers >= k from y, without y's entry
-        total_t = pre_t + cross + suf_t
-        total_m = np.cumsum(mx)[:-1] + np.cumsum(my[::-1])[::-1][1:]
-        ok = np.isfinite(total_t) & (total_m <= budget)
-        if ok.any():
-            k = int(np.flatnonzero(ok)[np.argmin(total_t[ok])])
-            if best is None or total_t[k] < best[1]:
-                best = (np.concatenate([x[: k + 1], y[k + 1 :]]), float(total_t[k]), int(total_m[k]))
-    return best
-
-
-def _pareto_keep(m: np.ndarray, t: np.ndarray, group: np.ndarray, num_groups: int, resolution: int = 0) -> np.ndarray:
-    """Indices of the non-dominated points of each group, ordered by (group, memory ascending).
-
-    Sorted by (group, memory, time), a point is kept iff its time is strictly below every earlier
-    time of its group. To do all groups in one ``minimum.accumulate``, times become dense integer
-    ranks offset by ``(num_groups - 1 - group) * N``: every earlier group's keys are then larger
-    than all of this group's, so they never win the running minimum.
-    """
-    if m.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if resolution > 0:
-        m = m // resolution  # epsilon-dominance: compare memory buckets, keep true memory outside
-    if num_groups == 1:
-        order = np.lexsort((t, m))
-        ts = t[order]
-        prev_min = np.empty_like(ts)
-        prev_min[0] = np.inf
-        np.minimum.accumulate(ts[:-1], out=prev_min[1:])
-        return order[ts < prev_min]
-    order = np.lexsort((t, m, group))
-    # Rank times; equal times keep their sorted order, so a later point never beats an equal one.
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[np.argsort(t[order], kind="stable")] = np.arange(order.size)
-    key = rank + (num_groups - 1 - group[order]) * order.size
-    prev_min = np.empty_like(key)
-    prev_min[0] = np.iinfo(np.int64).max
-    np.minimum.accumulate(key[:-1], out=prev_min[1:])
-    return order[key < prev_min]
-
-
-def _groups(next_trans: np.ndarray | None, num_choices: int) -> tuple[np.ndarray, int]:
-    """Group id per choice: choices with equal outgoing transition rows share a frontier."""
-    if next_trans is None:
-        return np.zeros(num_choices, dtype=np.int64), 1
-    ids: dict[bytes, int] = {}
-    group = np.array([ids.setdefault(row.tobytes(), len(ids)) for row in next_trans], dtype=np.int64)
-    return group, len(ids)
-
-
-def _suffix_min_mem(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None]) -> list[np.ndarray]:
-    """``S[i][c]``: least memory layers i+1.. add after choice c at layer i (``_BIG`` if none allowed)."""
-    num_layers = len(times)
-    suffix = [np.zeros(0, dtype=np.int64)] * num_layers
-    suffix[-1] = np.zeros(times[-1].size, dtype=np.int64)
-    for i in range(num_layers - 1, 0, -1):
-        # cost of entering choice c' of layer i: its memory plus what follows it
-        enter = np.where(np.isfinite(times[i]), np.minimum(mems[i] + suffix[i], _BIG), _BIG)
-        allowed = np.isfinite(trans[i])  # (K_{i-1}, K_i)
-        suffix[i - 1] = np.where(allowed, enter[None, :], _BIG).min(axis=1)
-    return suffix
-
-
-def _min_mem(times: list[np.ndarray], mems: list[np.ndarray], trans: list[np.ndarray | None]) -> int:
-    """Least Σ memory of an allowed assignment (``-1`` if none). Exact: a min-plus path DP."""
-    suffix = _suffix_min_mem(times, mems, trans)
-    total = np.where(np.isfinite(times[0]), mems[0] + suffix[0], _BIG)
-    best = int(total.min())
-    return -1 if best >= _BIG else best
 
 
 def _min_mem_with_extra(problem: ChainProblem) -> int:

@@ -32,86 +32,48 @@ Memory: the DP adds every layer's gradients and its largest temporary (conservat
 reports the peak of :func:`~galvatron_fx.cost_models.memory.stage_peak_bytes`, where with one
 micro-batch and no pipeline the gradients only appear as the backward frees activations.
 
-:func:`price_plan` re-prices a given plan — its stages, micro-batches, schedule, layer strategies
-and placements — with any cost model, through the same evaluation.
+:func:`~galvatron_fx.search.price_plan.price_plan` re-prices a given plan — its stages,
+micro-batches, schedule, layer strategies and placements — with any cost model, through the same
+evaluation. The search's results and their assembly into the plan are in
+:mod:`~galvatron_fx.search.assemble_plan`, the message when no plan is found in
+:mod:`~galvatron_fx.search.no_plan`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
-from galvatron_fx.cost_models.memory import LayerMemory, stage_peak_bytes
 from galvatron_fx.cost_models.pipeline import StageCost
-from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError, PlanError
-from galvatron_fx.inspect import fmt_bytes
-from galvatron_fx.ir.graph import LayerInfo, ModelGraph
-from galvatron_fx.ir.placements import check_placements
-from galvatron_fx.ir.plan import (
-    Alternative,
-    LayerPlan,
-    LayerPrediction,
-    ParallelPlan,
-    PlanPrediction,
-    cluster_hash,
-    graph_hash,
-    graph_summary,
-)
-from galvatron_fx.ir.strategy import DPType, Precision, SPMode
-from galvatron_fx.recompute import Recompute
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.strategy import Precision
+from galvatron_fx.search.assemble_plan import _assemble, _Candidate, _StageResult
 from galvatron_fx.search.candidates import (
     LayerChoice,
     NoStrategyError,
     OptionCache,
     SearchSpace,
-    allowed_tp,
     layer_choices,
     prune_dominated,
     transition_matrix,
-    transition_s,
 )
-from galvatron_fx.search.intra_layer import decompose_layer, option_from_placements
 from galvatron_fx.search.layer_dp import ChainProblem, solve_chain
+from galvatron_fx.search.no_plan import _why_none
 
 log = logging.getLogger(__name__)
 GiB = 2**30
-
-
-@dataclass
-class _StageResult:
-    layers: range
-    choices: list[LayerChoice]  # chosen, one per layer
-    trans_s: list[float]  # per layer, per step (0 for the first of the stage)
-    time_s: float  # Σ per-step layer times + transitions
-    mem_bytes: int  # peak per rank
-    in_flight: int
-    all_choices: list[list[LayerChoice]]
-    min_mem_bytes: int
-
-
-@dataclass
-class _Candidate:
-    pp: int
-    m: int
-    schedule: str
-    samples: int
-    stages: list[_StageResult]
-    step_time_s: float
-    bubble_fraction: float
-    breakdown: dict[str, float]
-    virtual_stages: int = 1
 
 
 class _Search:
@@ -474,92 +436,8 @@ class _Search:
         if self.progress:
             print(file=sys.stderr)
         if best is None:
-            raise PlanError(self._why_none(points))
+            raise PlanError(_why_none(self, points))
         return best
-
-    # ---- why no plan ------------------------------------------------------------------------------
-    def _why_none(self, points: list) -> str:
-        """The message when no point gave a plan, naming the real constraint: no micro-batch
-        count for any pipeline degree, a batch that no data-parallel degree divides, or (only
-        when some point was solved and was over budget) memory."""
-        if not points:
-            return self._no_points()
-        if self.rejected and not math.isfinite(self.smallest_need):
-            return self._indivisible()
-        need = self.smallest_need
-        return (f"no plan fits in {fmt_bytes(self.budget)} per device"
-                + (f": the smallest needs {fmt_bytes(need)}" if math.isfinite(need) else "")
-                + "; allow recompute and sharded data parallelism (ZeRO-3), add devices or pipeline "
-                  "stages, or lower the global batch")
-
-    def _no_points(self) -> str:
-        gb, n = self.global_batch, len(self.layers)
-        pps = self.pp_values()
-        if not pps:
-            asked = f"search.pp={self.space.pp}" if self.space.pp is not None else f"search.max_pp={self.space.max_pp}"
-            fits = [p for p in range(1, min(self.world, n) + 1) if self.world % p == 0]
-            return (f"no pipeline degree to search: {asked} leaves none that divides the world size {self.world} "
-                    f"and is at most the {n} layers; choose from {', '.join(map(str, fits))}")
-        why: dict[str, list[str]] = {}
-        for pp in pps:
-            for sch in (self.space.schedules[:1] if pp == 1 else self.space.schedules):
-                why.setdefault(self._no_microbatches(pp, sch), []).append(f"pp={pp} {sch}")
-        reasons = "; ".join(f"{', '.join(where)}: {reason}" for reason, where in why.items())
-        if self.space.num_microbatches is not None:
-            fix = ("give search.num_microbatches counts that divide the global batch (and are at least pp under "
-                   "1F1B), or drop it to let the search choose")
-        else:
-            fix = (f"raise the global batch to {min(pps)} or more (a multiple of pp × the data-parallel degree), "
-                   "lower the pipeline degree (search pp= or max_pp=), or add 'gpipe' to search.schedules (it runs "
-                   "fewer micro-batches than stages)")
-        return f"no micro-batch count splits the global batch of {gb} at any pipeline degree searched ({reasons}); {fix}"
-
-    def _no_microbatches(self, pp: int, schedule: str) -> str:
-        """Why ``m_values(pp, schedule)`` is empty."""
-        gb, at_least_pp = self.global_batch, schedule != "gpipe"
-        if self.space.num_microbatches is not None:
-            return f"search.num_microbatches={tuple(self.space.num_microbatches)}: " + ", ".join(
-                f"{m} does not divide {gb}" if gb % m else f"{m} < pp = {pp}" for m in self.space.num_microbatches)
-        if at_least_pp and gb < pp:
-            return f"the global batch {gb} is smaller than pp = {pp}, and 1F1B runs at least pp micro-batches"
-        if at_least_pp and self.space.max_microbatches < pp:
-            return f"search.max_microbatches = {self.space.max_microbatches} is below pp = {pp}"
-        return f"no divisor of {gb} lies between {pp} and search.max_microbatches = {self.space.max_microbatches}"
-
-    def _indivisible(self) -> str:
-        """Every point searched had a layer with no strategy: its data-parallel degrees do not
-        divide the samples of a micro-batch, or those that do leave a tp the layer cannot use."""
-        gb = self.global_batch
-        seen, parts, multiple, too_small = set(), [], None, False
-        for pp, m, e in self.rejected:
-            if (pp, m) in seen or len(seen) == 3:
-                continue
-            seen.add((pp, m))
-            tps = allowed_tp(self.space, e.devices, self.dpn)
-            dps = sorted({e.devices // t for t in tps})
-            fits = [d for d in dps if e.samples % d == 0]
-            head = f"pp={pp}, {_n(m, 'micro-batch', 'micro-batches')} of {_n(e.samples, 'sample')}"
-            if not fits:
-                parts.append(f"{head}: the {e.devices} devices of a stage at tp {_few(tps)} leave data-parallel "
-                             f"{_n(len(dps), 'degree', 'degrees', count=False)} {_few(dps)}, "
-                             f"{'which does not divide' if len(dps) == 1 else 'none of which divides'} {e.samples}")
-                multiple = multiple or m * dps[0]
-            else:
-                tp_left = [e.devices // d for d in fits]
-                parts.append(f"{head}: only data-parallel {_n(len(fits), 'degree', 'degrees', count=False)} "
-                             f"{_few(fits)} divide{'s' * (len(fits) == 1)} {e.samples}, which leaves layer {e.layer} "
-                             f"tp {_few(tp_left)}, more ways than it can be split")
-                too_small = True
-                multiple = multiple or m * e.devices
-        if too_small:
-            head = f"the global batch of {gb} is too small for {self.world} devices"
-            fix = (f"raise the global batch so that every data-parallel rank gets whole samples at a tensor-parallel "
-                   f"degree the layers can use (at tp = 1: a multiple of {multiple}), or plan for fewer devices")
-        else:
-            head = f"the global batch of {gb} does not split evenly over the data-parallel ranks"
-            fix = (f"use a global batch that is a multiple of {multiple} (e.g. {-(-gb // multiple) * multiple}), or "
-                   "let tensor parallelism or pipeline stages take more of the devices (search tp= / pp=)")
-        return f"no plan: {head} ({'; '.join(parts)}); {fix}"
 
 
 def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,
@@ -573,83 +451,6 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
     return _assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name)
-
-
-def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> ParallelPlan:
-    """The same plan — pp, micro-batches, schedule, stage boundaries, every layer's strategy, dp
-    and placements — priced by ``cost_model`` (on its cluster) through the planner's own
-    evaluation. Returns a copy of ``plan`` whose predictions (per layer and in total) are
-    ``cost_model``'s. Raises ``PlanError`` when ``mg`` is not the graph the plan was made for or
-    the cost model cannot price a layer's strategy."""
-    if len(plan.layers) != len(mg.layers) or any(lp.name != l.name for lp, l in zip(plan.layers, mg.layers)):
-        raise PlanError(f"plan {plan.model!r} names other layers than the graph {mg.name!r}; price it on its own graph")
-    cluster = cost_model.cluster
-    if cluster.world_size != plan.world_size:
-        raise PlanError(f"plan {plan.model!r} is for {plan.world_size} devices, the cost model's cluster has "
-                        f"{cluster.world_size}")
-    space = SearchSpace(
-        tp=tuple(sorted({lp.strategy.tp for lp in plan.layers})),
-        sp=tuple(sorted({lp.strategy.sp for lp in plan.layers} | {SPMode.NONE})),
-        dp_types=tuple(sorted({lp.strategy.dp_type for lp in plan.layers} | {DPType.DDP})),
-        recompute=tuple(sorted({lp.strategy.recompute for lp in plan.layers} | {Recompute.NONE})),
-        pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,))
-    options = _PlanOptions(mg, cost_model, plan=plan)
-    check_placements(plan, mg, decomposed=options.decomposed)
-    s = _Pinned(plan, mg, cluster, cost_model, space, plan.global_batch_size, plan.predicted.memory_budget_bytes,
-                False, options)
-    cand = s.evaluate(list(plan.stage_boundaries), plan.pp, plan.num_microbatches, plan.schedule,
-                      plan.global_batch_size // plan.num_microbatches)
-    if cand is None:
-        raise PlanError(f"{plan.model}: the cost model cannot price this plan")
-    return _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, dict(plan.solver_stats),
-                     plan.baseline, plan.precision, plan.model)
-
-
-@dataclass
-class _PlanOptions(OptionCache):
-    """Only a plan's own placements, priced by the cost model."""
-
-    plan: ParallelPlan | None = None
-
-    def option_list(self, layer, tp, sp):
-        key = (layer.kind, tp, sp)
-        if key not in self.options:
-            want: list[dict[str, str]] = []
-            for lp in self.plan.layers:
-                if (lp.kind, lp.strategy.tp, lp.strategy.sp) == key and lp.placements and lp.placements not in want:
-                    want.append(dict(lp.placements))
-            if layer.kind not in self.decomposed:
-                self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
-            self.options[key] = [option_from_placements(self.mg, layer, tp, sp, self.cost_model, w,
-                                                        decomposed=self.decomposed[layer.kind]) for w in want]
-        return self.options[key]
-
-
-class _Pinned(_Search):
-    """The search's evaluation with every layer pinned to a plan's choice."""
-
-    def __init__(self, plan: ParallelPlan, *args):
-        super().__init__(*args)
-        self.plan = plan
-
-    def stage(self, lo, hi, devices, samples, m, in_flight, budget=None):
-        chosen, trans = [], [0.0]
-        for i in range(lo, hi):
-            lp = self.plan.layers[i]
-            cands = [c for c in self.choices(i, devices, samples, m)
-                     if c.strategy == lp.strategy and c.dp == lp.dp
-                     and (dict(c.option.placements) if c.option is not None else {}) == dict(lp.placements)]
-            if not cands:
-                raise PlanError(f"{self.plan.model}: no priced choice matches layer {lp.name} ({lp.strategy.short()}, "
-                                f"dp={lp.dp})")
-            chosen.append(cands[0])
-            if i > lo:
-                prev = self.layers[i - 1]
-                nbytes = int(prev.costs.output_bytes * samples / self.captured_batch)
-                trans.append(m * transition_s(self.cm, chosen[-2], chosen[-1], nbytes, 3, list(range(devices))))
-        mem = sum(c.mem_bytes(in_flight) for c in chosen) + max(c.memory.temp_bytes for c in chosen)
-        time_s = sum(c.step_time_s(m) for c in chosen) + sum(trans)
-        return _StageResult(range(lo, hi), chosen, trans, time_s, mem, in_flight, [[c] for c in chosen], mem)
 
 
 def plan(
@@ -747,105 +548,6 @@ def _check_budget(memory_budget: int | float) -> None:
                                               "the devices' own memory")
 
 
-def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
-              baseline: dict | None, precision: str, name: str) -> ParallelPlan:
-    devices = cluster.world_size // best.pp
-    layer_plans: list[LayerPlan] = []
-    peaks = []
-    for r in range(best.pp):  # a rank runs stage r: one chunk, or several under interleaving
-        sts = best.stages[r::best.pp]
-        peaks.append(stage_peak_bytes([x for st in sts for x in shared_tied_memory(mg, cm, st)],
-                                      [st.in_flight for st in sts for _ in st.choices],
-                                      grads_held=best.m > 1 or best.pp > 1))
-    # what the stage DPs held each rank to (every gradient and the largest temporary added up):
-    # the measure alternatives are refused by
-    searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
-                + max(x.memory.temp_bytes for st in best.stages[r::best.pp] for x in st.choices)
-                for r in range(best.pp)]
-    for c, st in enumerate(best.stages):
-        stage_mem = searched[c % best.pp]
-        for j, i in enumerate(st.layers):
-            layer = mg.layers[i]
-            x = st.choices[j]
-            pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes)
-            alts = _alternatives(st, j, best.m, budget, stage_mem)
-            layer_plans.append(LayerPlan(
-                name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
-                placements=dict(x.option.placements) if x.option is not None else {},
-                predicted=pred, alternatives=tuple(alts)))
-    max_dp = max(lp.dp for lp in layer_plans)
-    samples = best.samples
-    plan = ParallelPlan(
-        model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
-        cluster=json.loads(cluster.to_json()), graph=graph_summary(mg),
-        pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
-        global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
-        stage_boundaries=tuple(st.layers.start for st in best.stages),
-        stage_ranks=tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
-        precision=precision, layers=tuple(layer_plans),
-        predicted=PlanPrediction(step_time_s=best.step_time_s,
-                                 throughput_samples_s=samples * best.m / best.step_time_s,
-                                 peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
-                                 bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
-        solver_stats=stats, baseline=baseline, notes=(),
-    )
-    return plan
-
-
-def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory]:
-    """The memories of ``stage``'s layers (one chunk: a ``_StageResult``), less what their own
-    accounting counts twice for a weight tied between them that the runtime keeps as one
-    parameter.
-
-    A layer's choice prices a copy of every weight it reads, with its gradient and optimizer
-    states (it does not know its neighbours' choices). The runtime shares one parameter between
-    readers that store it alike (``ParallelModule._share_tied``; one FSDP unit under ZeRO): at
-    ``tp == 1``, those with the same dp degree, both outside FSDP or both in it (readers at
-    ``tp > 1`` keep their copies here). Each further reader loses its copy of the parameter and
-    its optimizer states (and ZeRO-2's gathered copy, when both keep one); of the gradients one
-    remains, where backward makes it: outside FSDP at the last reader (autograd holds the first
-    contribution from there on), in an FSDP unit at the first (its reduce-scatter follows the
-    unit's last backward)."""
-    mems = [c.memory for c in stage.choices]
-    first: dict[tuple, int] = {}  # (fqn, dp, sharded) -> position of the previous reader
-    for j, (i, c) in enumerate(zip(stage.layers, stage.choices)):
-        layer, st = mg.layers[i], c.strategy
-        if st.tp != 1:
-            continue
-        sharded = st.dp_type != DPType.DDP and c.dp > 1
-        for f in layer.param_names:
-            p = mg.params.get(f)
-            if p is None or p.is_buffer or not p.requires_grad or len(p.layers) < 2:
-                continue
-            key = (f, c.dp, sharded)
-            if key not in first:
-                first[key] = j
-                continue
-            prev = first[key]
-            first[key] = j
-            m = cm.layer_memory(layer.costs, st, dp=c.dp, micro_batch=1, captured_batch=1, params=[p])
-            gathered = st.dp_type == stage.choices[prev].strategy.dp_type == DPType.ZERO2
-            mems[j] = dataclasses.replace(
-                mems[j], param_bytes=mems[j].param_bytes - m.param_bytes,
-                optimizer_bytes=mems[j].optimizer_bytes - m.optimizer_bytes,
-                unsharded_param_bytes=mems[j].unsharded_param_bytes - (m.unsharded_param_bytes if gathered else 0))
-            g = j if sharded else prev  # the gradient that does not exist apart
-            mems[g] = dataclasses.replace(mems[g], grad_bytes=mems[g].grad_bytes - m.grad_bytes)
-    return mems
-
-
-def _n(k: int, one: str, many: str | None = None, *, count: bool = True) -> str:
-    """``1 sample``, ``3 samples`` (or only the word, without ``count``)."""
-    word = one if k == 1 else (many or one + "s")
-    return f"{k} {word}" if count else word
-
-
-def _few(xs: Sequence[int], k: int = 6) -> str:
-    """``2``, ``1, 2, 4`` or ``1, 2, 4, 5, 8, 10, … 1000000`` (the first ``k`` and the last)."""
-    xs = list(xs)
-    return ", ".join(map(str, xs)) if len(xs) <= k + 1 else ", ".join(map(str, xs[:k])) + f", … {xs[-1]}"
-
-
 def _virtual(schedule: str) -> int:
     """Model chunks per rank: two under interleaved 1F1B (Megatron's usual), else one."""
     return 2 if schedule == "interleaved_1f1b" else 1
@@ -853,34 +555,3 @@ def _virtual(schedule: str) -> int:
 
 def _round_up(a: np.ndarray, step: int) -> np.ndarray:
     return -(-a // step) * step
-
-
-def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_here: int) -> LayerPrediction:
-    mem = c.memory
-    breakdown = {"params": mem.param_bytes + mem.unsharded_param_bytes, "grads": mem.grad_bytes,
-                 "optimizer": mem.optimizer_bytes, "activations": in_flight * mem.activation_bytes,
-                 "temp": temp_here}
-    return LayerPrediction(fwd_s=m * c.fwd_s, bwd_s=m * c.bwd_s, comm_s=m * c.tp_comm_s + c.dp_comm_s,
-                           transition_s=trans_s, memory_bytes=sum(breakdown.values()),
-                           memory_breakdown=breakdown)
-
-
-def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int, k: int = 3) -> list[Alternative]:
-    chosen = st.choices[j]
-    base_t = chosen.step_time_s(m)
-    base_m = chosen.mem_bytes(st.in_flight)
-    out = []
-    others = sorted((c for c in st.all_choices[j] if c is not chosen), key=lambda c: c.step_time_s(m))
-    for c in others[:k]:
-        dt = c.step_time_s(m) - base_t
-        dm = c.mem_bytes(st.in_flight) - base_m
-        over = stage_mem + dm - budget
-        if over > 0:
-            reason = f"over the memory budget by {fmt_bytes(over)}"
-        elif dt > 0:
-            reason = f"+{dt * 1e3:.2f} ms per step"
-        else:
-            reason = "slower once resharding to its neighbours' layouts is paid"
-        out.append(Alternative(strategy=c.strategy, predicted=_prediction(c, m, st.in_flight, 0.0, c.memory.temp_bytes),
-                               reason=reason, layout=f"in {c.in_layout}, out {c.out_layout}"))
-    return out

@@ -42,15 +42,15 @@ def _snapshot(pm, opt) -> dict:
     (copies: ``full_tensor()`` of a replicated DTensor is the live local tensor)."""
     import torch
 
-    from galvatron_fx.runtime import checkpoint as ck
+    from galvatron_fx.runtime import checkpoint_slots as cks
 
     out = {}
-    for s in ck._slots(pm):
+    for s in cks._slots(pm):
         if s.copy:
             continue
-        out[f"model.{s.fqn}"] = ck._view(s, s.param).full_tensor().clone()
+        out[f"model.{s.fqn}"] = cks._view(s, s.param).full_tensor().clone()
         for name, v in opt.state.get(s.param, {}).items():
-            out[f"optim.{s.fqn}.{name}"] = (ck._view(s, v).full_tensor() if v.ndim else v).clone()
+            out[f"optim.{s.fqn}.{name}"] = (cks._view(s, v).full_tensor() if v.ndim else v).clone()
     assert all(isinstance(v, torch.Tensor) for v in out.values())
     return out
 
@@ -70,17 +70,17 @@ def _diff_at(a: dict, b: dict) -> tuple[float, str]:
 def _tied_diff(pm, opt) -> tuple[int, float]:
     """Number of tied copies and the largest difference between a copy and the first one
     (parameters and optimizer state)."""
-    from galvatron_fx.runtime import checkpoint as ck
+    from galvatron_fx.runtime import checkpoint_slots as cks
 
-    first = {s.fqn: s for s in ck._slots(pm) if s.copy == 0}
+    first = {s.fqn: s for s in cks._slots(pm) if s.copy == 0}
     n, worst = 0, 0.0
-    for s in ck._slots(pm):
+    for s in cks._slots(pm):
         if not s.copy:
             continue
         n += 1
         f = first[s.fqn]
-        pairs = [(ck._view(f, f.param), ck._view(s, s.param))]
-        pairs += [(ck._view(f, v), ck._view(s, opt.state[s.param][k])) if v.ndim else (v, opt.state[s.param][k])
+        pairs = [(cks._view(f, f.param), cks._view(s, s.param))]
+        pairs += [(cks._view(f, v), cks._view(s, opt.state[s.param][k])) if v.ndim else (v, opt.state[s.param][k])
                   for k, v in opt.state.get(f.param, {}).items()]
         for a, b in pairs:
             a = a.full_tensor() if hasattr(a, "full_tensor") else a
@@ -182,6 +182,7 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     import torch.distributed as dist
 
     from galvatron_fx.runtime import checkpoint as ck
+    from galvatron_fx.runtime import checkpoint_files as ckf
 
     pm, opt = cache["fresh"], cache["fresh_opt"]
     path = tmp / "ckA"
@@ -194,12 +195,12 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     def crash(*_a, **_k):
         raise RuntimeError("simulated crash before the manifest")
 
-    real = ck._write_manifest
-    ck._write_manifest = crash
+    real = ckf._write_manifest
+    ckf._write_manifest = crash
     try:
         out["crash_error"] = config_error(lambda: pm.save(path, opt, step=101))
     finally:
-        ck._write_manifest = real
+        ckf._write_manifest = real
     out["step_after_crash"] = ck.read_manifest(path)["step"]
     out["tmp_left"] = [p.name.split("-")[0] for p in tmp.glob(".ckA.tmp-*")]
     info = pm.load(path, opt)
@@ -215,12 +216,12 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
         os.rename(final, final.parent / f".{final.name}.old-{token}")
         raise RuntimeError("simulated crash between the renames")
 
-    real_swap = ck._swap
-    ck._swap = half_swap
+    real_swap = ckf._swap
+    ckf._swap = half_swap
     try:
         out["swap_error"] = config_error(lambda: pm.save(path, opt, step=102))
     finally:
-        ck._swap = real_swap
+        ckf._swap = real_swap
     out["path_exists_after_swap_crash"] = path.exists()
     info = pm.load(path, opt)
     out["fallback_dir"] = info.path.name.split("-")[0]

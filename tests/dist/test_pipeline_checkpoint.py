@@ -73,17 +73,17 @@ def _digest(pm, opt) -> dict[str, list[str]]:
     digests of different plans compare bit for bit."""
     import hashlib
 
-    from galvatron_fx.runtime import checkpoint as ck
+    from galvatron_fx.runtime import checkpoint_slots as cks
 
     def sha(t) -> str:
         t = t.full_tensor() if hasattr(t, "full_tensor") else t
         return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
     out: dict[str, list[str]] = {}
-    for s in ck._slots(pm):
-        out.setdefault(f"model.{s.fqn}", []).append(sha(ck._view(s, s.param)))
+    for s in cks._slots(pm):
+        out.setdefault(f"model.{s.fqn}", []).append(sha(cks._view(s, s.param)))
         for name, v in opt.state.get(s.param, {}).items():
-            t = ck._view(s, v) if ck._is_elementwise(s.param, v) else v
+            t = cks._view(s, v) if cks._is_elementwise(s.param, v) else v
             out.setdefault(f"optim.{s.fqn}.{name}", []).append(sha(t))
     return out
 

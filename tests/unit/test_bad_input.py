@@ -20,7 +20,7 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.intra_layer import decompose_layer, parse_placement
-from galvatron_fx.search.planner import price_plan
+from galvatron_fx.search.price_plan import price_plan
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -139,7 +139,7 @@ def test_deeply_nested_cluster_json_is_a_config_error(tmp_path):
     path.write_text(DEEP)
     with pytest.raises(ConfigError, match=r"cluster file .*c\.json.* nests deeper"):
         Cluster.from_json(path)
-    from galvatron_fx.profiler.hardware import load_profile
+    from galvatron_fx.profiler.hardware_profile import load_profile
 
     with pytest.raises(ConfigError, match=r"hardware profile .*c\.json.* nests deeper"):
         load_profile(path)

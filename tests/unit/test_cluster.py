@@ -13,10 +13,10 @@ from galvatron_fx.cluster import (
     CollectiveFit,
     TierName,
     heterogeneous,
-    local_fingerprint,
 )
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.profiler.hardware import load_profile
+from galvatron_fx.host import local_fingerprint
+from galvatron_fx.profiler.hardware_profile import load_profile
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -129,7 +129,7 @@ def test_local_cpu_defaults_then_cached_profile(tmp_path) -> None:
 
 
 def _fake_profile(tmp_path, fields: dict) -> str:
-    from galvatron_fx.cluster import make_fingerprint
+    from galvatron_fx.host import make_fingerprint
 
     fp = make_fingerprint(fields)
     cluster = Cluster.local_cpu(2, cache_dir=tmp_path)
@@ -140,7 +140,7 @@ def _fake_profile(tmp_path, fields: dict) -> str:
 
 
 def test_profile_from_other_machine_is_refused(tmp_path) -> None:
-    from galvatron_fx.profiler.hardware import current_fingerprint_fields
+    from galvatron_fx.profiler.hardware_profile import current_fingerprint_fields
 
     here = current_fingerprint_fields(backend="gloo", world_size=2)
     assert load_profile(_fake_profile(tmp_path, here)).fingerprint_fields == here

@@ -7,7 +7,7 @@ import pytest
 from galvatron_fx.cluster import Cluster, Collective, CollectiveFit, TierName
 from galvatron_fx.cost_models.communication import CommModel, bandwidth_factor
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.profiler.hardware import detect_slow_links, fit_alpha_beta
+from galvatron_fx.profiler.hardware_profile import detect_slow_links, fit_alpha_beta
 
 MiB = 2**20
 

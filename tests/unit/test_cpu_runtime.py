@@ -16,6 +16,7 @@ from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, cost_model, efficiency
 from galvatron_fx.cost_models.pipeline import StageCost, simulate
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.profiler import cpu_calibration
 
 
 def _cal(**kw) -> CPURuntimeCalibration:
@@ -176,18 +177,18 @@ def test_json_round_trip_and_errors():
 
 
 def test_calibrate_uses_the_cache_and_measures_only_missing_process_counts(tmp_path, monkeypatch):
-    cal = _cal(fingerprint=cpu_runtime.machine_fingerprint(), collective_s={(2, 2): {4096: 1e-3}, (4, 4): {4096: 2e-3}},
+    cal = _cal(fingerprint=cpu_calibration.machine_fingerprint(), collective_s={(2, 2): {4096: 1e-3}, (4, 4): {4096: 2e-3}},
                overlap={(2, 2): 1.1})
-    path = cpu_runtime.cache_path(tmp_path)
+    path = cpu_calibration.cache_path(tmp_path)
     path.write_text(json.dumps(cal.to_dict()))
 
     def no_measuring(*a, **k):
         raise AssertionError("a cached calibration must not be re-measured")
 
     for name in ("fit_rates", "fit_runtime_overhead", "measure_slowdown", "measure_collectives"):
-        monkeypatch.setattr(cpu_runtime, name, no_measuring)
-    monkeypatch.setattr(cpu_runtime, "fit_fsdp_factor", lambda cal: ({}, {}, {}))
-    assert cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2, 4)) == cal
+        monkeypatch.setattr(cpu_calibration, name, no_measuring)
+    monkeypatch.setattr(cpu_calibration, "fit_fsdp_factor", lambda cal: ({}, {}, {}))
+    assert cpu_calibration.calibrate(cache_dir=tmp_path, worlds=(2, 4)) == cal
 
     asked = []
 
@@ -199,9 +200,9 @@ def test_calibrate_uses_the_cache_and_measures_only_missing_process_counts(tmp_p
         asked.append(("collectives", tuple(worlds)))
         return {(n, n): {4096: 5e-3} for n in worlds}, {}, {(n, n): 1.3 for n in worlds}, {}, {}, {}
 
-    monkeypatch.setattr(cpu_runtime, "measure_slowdown", slowdown)
-    monkeypatch.setattr(cpu_runtime, "measure_collectives", collectives)
-    more = cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2, 8), runs=2)
+    monkeypatch.setattr(cpu_calibration, "measure_slowdown", slowdown)
+    monkeypatch.setattr(cpu_calibration, "measure_collectives", collectives)
+    more = cpu_calibration.calibrate(cache_dir=tmp_path, worlds=(2, 8), runs=2)
     assert asked == [("slowdown", (8,)), ("collectives", (8,))] * 2
     assert more.slowdown == {1: 1.0, 2: 1.1, 4: 2.3, 8: 3.9}
     assert more.collective_s[(8, 8)] == {4096: 5e-3} and more.overlap[(8, 8)] == 1.3
@@ -213,14 +214,14 @@ def test_combine_takes_field_by_field_medians():
     runs = [_cal(flops_s=f, slowdown={1: 1.0, 2: s}, collective_s={(2, 2): {4096: t}}, overlap={(2, 2): o},
                  measured={"i": i})
             for i, (f, s, t, o) in enumerate([(50e9, 1.3, 3e-3, 1.2), (70e9, 1.0, 1e-3, 1.0), (60e9, 1.1, 2e-3, 1.1)])]
-    cal = cpu_runtime.combine(runs)
+    cal = cpu_calibration.combine(runs)
     assert (cal.flops_s, cal.slowdown[2], cal.collective_s[(2, 2)][4096], cal.overlap[(2, 2)]) == (60e9, 1.1, 2e-3, 1.1)
     assert [r["i"] for r in cal.measured["runs"]] == [0, 1, 2]
 
 
 @pytest.mark.slow
 def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
-    cal = cpu_runtime.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
+    cal = cpu_calibration.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
     assert 1e9 < cal.flops_s < 1e13 and 1e8 < cal.bytes_s < 1e13
     assert 0 < cal.overhead_s < cal.interpreted_overhead_s < 1e-2
     assert cal.optimizer_s_per_element > 0 and 0 < cal.optimizer_s_per_tensor < cal.optimizer_s_per_dtensor
@@ -230,14 +231,14 @@ def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
     assert 0.5 < cal.slowdown[2] < 10
     assert set(cal.collective_s) == {(2, 2)} and all(t >= 0 for t in cal.collective_s[(2, 2)].values())
     assert cal.overlap[(2, 2)] >= 1.0
-    assert cpu_runtime.cache_path(tmp_path).exists()
+    assert cpu_calibration.cache_path(tmp_path).exists()
 
 
 def test_the_slowdown_can_be_measured_again_for_the_load_of_now(monkeypatch):
     cal = _cal(overhead_s=40e-6)
-    monkeypatch.setattr(cpu_runtime, "measure_slowdown", lambda worlds, **k: ({1: 1.0, **{n: 1.5 for n in worlds}},
+    monkeypatch.setattr(cpu_calibration, "measure_slowdown", lambda worlds, **k: ({1: 1.0, **{n: 1.5 for n in worlds}},
                                                                               {"n": list(worlds)}))
-    now = cpu_runtime.with_current_slowdown(cal, [2])
+    now = cpu_calibration.with_current_slowdown(cal, [2])
     assert now.slowdown == {1: 1.0, 2: 1.5, 4: 2.3} and now.overhead_s == cal.overhead_s
     assert now.measured["cached_slowdown"] == cal.slowdown
     assert efficiency(now, default_local_cpu(2)).overhead_s == pytest.approx(40e-6 * 1.5)

@@ -142,7 +142,7 @@ def test_baselines_obey_the_users_limits(gpt2, rtx):
 
 
 def test_price_plan_reprices_the_same_plan_with_another_model():
-    from galvatron_fx.search.planner import price_plan
+    from galvatron_fx.search.price_plan import price_plan
 
     model, inputs = zoo.build("gpt-tiny", batch_size=8, seq_len=64, device="meta")
     mg = gfx.capture(model, inputs)
@@ -197,7 +197,7 @@ def test_a_tied_weight_stored_alike_is_counted_once(gpt2, rtx):
 
     from galvatron_fx.cost_models.memory import TPShard, sharded_numel
     from galvatron_fx.ir.strategy import LayerStrategy
-    from galvatron_fx.search.planner import shared_tied_memory
+    from galvatron_fx.search.assemble_plan import shared_tied_memory
 
     cm = AnalyticCostModel(rtx)  # fp32: 4-byte parameters and gradients, two 4-byte AdamW states
     n = len(gpt2.layers)

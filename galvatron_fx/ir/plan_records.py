@@ -1,0 +1,116 @@
+"""The per-layer records of a :class:`~galvatron_fx.ir.plan.ParallelPlan`: what was decided for one
+layer (:class:`LayerPlan`), what it is predicted to cost (:class:`LayerPrediction`), the strategies
+the search rejected (:class:`Alternative`) and the whole plan's prediction (:class:`PlanPrediction`).
+
+Contract
+    Frozen records; dict and sequence fields are copied on construction, so a record never changes
+    after it is built. Each has ``to_dict()`` giving its plain-JSON form; parsing that form back and
+    checking values is :mod:`galvatron_fx.ir.plan_schema`'s job.
+
+Units
+    Per-layer times (:class:`LayerPrediction`) are seconds per training step on one rank of the
+    layer's stage, all micro-batches summed: ``fwd_s``, ``bwd_s`` (recomputation included),
+    ``comm_s`` (communication not hidden behind compute) and ``transition_s`` (resharding the
+    input from the previous layer's layout). ``memory_bytes`` is what the layer holds on one rank
+    at the stage's peak (activations × micro-batches in flight); ``memory_breakdown`` splits it
+    (e.g. params, grads, optimizer, activations, temp) and sums to it when given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from galvatron_fx.ir.graph import LayerRole
+from galvatron_fx.ir.strategy import LayerStrategy
+
+__all__ = ["Alternative", "LayerPlan", "LayerPrediction", "PlanPrediction"]
+
+
+# ---- records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPrediction:
+    """Predicted cost of one layer under one strategy (see the module docstring for units)."""
+
+    fwd_s: float
+    bwd_s: float
+    comm_s: float = 0.0
+    transition_s: float = 0.0
+    memory_bytes: int = 0
+    memory_breakdown: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memory_breakdown", dict(self.memory_breakdown))
+
+    @property
+    def total_s(self) -> float:
+        """Time this layer adds to the step: fwd + bwd + exposed comm + transition."""
+        return self.fwd_s + self.bwd_s + self.comm_s + self.transition_s
+
+    def to_dict(self) -> dict:
+        return {"fwd_s": self.fwd_s, "bwd_s": self.bwd_s, "comm_s": self.comm_s,
+                "transition_s": self.transition_s, "memory_bytes": self.memory_bytes,
+                "memory_breakdown": dict(self.memory_breakdown)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alternative:
+    """A strategy the search considered for a layer and rejected, with its costs and why it lost
+    (``"over memory budget by 3.2 GiB"``, ``"+12 ms per step"``)."""
+
+    strategy: LayerStrategy
+    predicted: LayerPrediction
+    reason: str
+    layout: str = ""  # the tp layouts it takes and hands on ("in S(2), out R"), where they differ by option
+
+    def to_dict(self) -> dict:
+        d = {"strategy": self.strategy.to_dict(), "predicted": self.predicted.to_dict(), "reason": self.reason}
+        return d | ({"layout": self.layout} if self.layout else {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPlan:
+    """The decision for one layer: its stage, strategy, node placements and predicted costs."""
+
+    name: str
+    kind: str
+    role: LayerRole
+    stage: int
+    strategy: LayerStrategy
+    dp: int
+    placements: dict[str, str] = field(default_factory=dict)
+    predicted: LayerPrediction
+    alternatives: tuple[Alternative, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", LayerRole(self.role))
+        object.__setattr__(self, "placements", dict(self.placements))
+        object.__setattr__(self, "alternatives", tuple(self.alternatives))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "role": str(self.role), "stage": self.stage,
+                "dp": self.dp, "strategy": self.strategy.to_dict(), "placements": dict(self.placements),
+                "predicted": self.predicted.to_dict(), "alternatives": [a.to_dict() for a in self.alternatives]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanPrediction:
+    """Predicted step time, throughput and per-stage peak memory of the whole plan."""
+
+    step_time_s: float
+    throughput_samples_s: float
+    peak_memory_bytes: tuple[int, ...]  # one per pipeline stage, per rank
+    memory_budget_bytes: int
+    bubble_fraction: float = 0.0
+    breakdown: dict[str, float] = field(default_factory=dict)  # e.g. compute/comm/transition/bubble seconds
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peak_memory_bytes", tuple(self.peak_memory_bytes))
+        object.__setattr__(self, "breakdown", dict(self.breakdown))
+
+    def to_dict(self) -> dict:
+        return {"step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
+                "peak_memory_bytes": list(self.peak_memory_bytes),
+                "memory_budget_bytes": self.memory_budget_bytes, "bubble_fraction": self.bubble_fraction,
+                "breakdown": dict(self.breakdown)}

@@ -1,0 +1,361 @@
+"""Readable reports of a :class:`~galvatron_fx.ir.plan.ParallelPlan`: ``explain`` (the whole plan,
+or one layer beside its alternatives) and ``diff`` / ``diff_dict`` (what changed between two plans).
+
+Contract
+    Pure functions of frozen plans; they return text (or, for :func:`diff_dict`, JSON-able
+    ``[old, new]`` pairs) and change nothing. ``ParallelPlan.explain``, ``.diff`` and
+    ``.diff_dict`` delegate here.
+
+Terms
+    *run*: consecutive layers of one kind, role, stage, strategy and dp, shown as one row
+    (``blocks.0–31 ×32``).
+
+Algorithm
+    ``diff_dict`` compares the plans' JSON forms field by field (top-level fields, then layers by
+    name, then predictions); ``diff`` renders that as a table. ``explain`` groups layers into runs,
+    then lists stages with their ranks and peak memory against the budget, predictions, the
+    baseline and solver statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from galvatron_fx.errors import ConfigError
+from galvatron_fx.inspect import fmt_bytes, format_table
+from galvatron_fx.ir.plan_records import Alternative, LayerPlan
+from galvatron_fx.ir.strategy import LayerStrategy
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.plan import ParallelPlan
+
+_DIFF_FIELDS = ("model", "graph_hash", "cluster_hash", "world_size", "pp", "num_microbatches", "schedule",
+                "virtual_stages", "global_batch_size", "micro_batch_size", "stage_boundaries", "stage_ranks",
+                "precision")
+
+
+# ---- diff -----------------------------------------------------------------------------------
+
+
+def diff_dict(plan: ParallelPlan, other: ParallelPlan) -> dict:
+    """What changed from ``plan`` to ``other``, as JSON-able ``[old, new]`` pairs; ``{}`` when
+    the plans agree on everything but ``solver_stats`` and ``notes``.
+
+    Keys (only those that changed): ``"plan"`` {field: [old, new]}, ``"layers"``
+    {name: {"strategy" | "stage" | "dp" | "placements" | "time_s" | "memory_bytes": [old, new]}},
+    ``"added_layers"``, ``"removed_layers"``, ``"predicted"`` {field: [old, new]}.
+    """
+    out: dict[str, Any] = {}
+    a, b = plan.to_dict(), other.to_dict()
+    top = {k: [a[k], b[k]] for k in _DIFF_FIELDS if a[k] != b[k]}
+    if top:
+        out["plan"] = top
+    mine = {lp.name: lp for lp in plan.layers}
+    theirs = {lp.name: lp for lp in other.layers}
+    layers: dict[str, dict] = {}
+    for name, la in mine.items():
+        lb = theirs.get(name)
+        if lb is None:
+            continue
+        ch: dict[str, list] = {}
+        if la.strategy != lb.strategy:
+            ch["strategy"] = [la.strategy.short(), lb.strategy.short()]
+        for f in ("stage", "dp"):
+            if getattr(la, f) != getattr(lb, f):
+                ch[f] = [getattr(la, f), getattr(lb, f)]
+        if la.placements != lb.placements:
+            ch["placements"] = [len(la.placements), sum(
+                1 for k in set(la.placements) | set(lb.placements) if la.placements.get(k) != lb.placements.get(k))]
+        if la.predicted.total_s != lb.predicted.total_s:
+            ch["time_s"] = [la.predicted.total_s, lb.predicted.total_s]
+        if la.predicted.memory_bytes != lb.predicted.memory_bytes:
+            ch["memory_bytes"] = [la.predicted.memory_bytes, lb.predicted.memory_bytes]
+        if ch or la != lb:
+            layers[name] = ch or {"details": ["predictions or alternatives differ", ""]}
+    if layers:
+        out["layers"] = layers
+    added = [n for n in theirs if n not in mine]
+    removed = [n for n in mine if n not in theirs]
+    if added:
+        out["added_layers"] = added
+    if removed:
+        out["removed_layers"] = removed
+    pa, pb = a["predicted"], b["predicted"]
+    pred = {k: [pa[k], pb[k]] for k in pa if pa[k] != pb[k]}
+    if pred:
+        out["predicted"] = pred
+    if a["baseline"] != b["baseline"]:
+        out.setdefault("plan", {})["baseline"] = [a["baseline"], b["baseline"]]
+    return out
+
+
+def diff(plan: ParallelPlan, other: ParallelPlan) -> str:
+    """A readable account of :meth:`diff_dict`; ``"plans are identical"`` when it is empty."""
+    d = diff_dict(plan, other)
+    if not d:
+        return "plans are identical"
+    lines = [f"plan {plan.model} {plan.plan_hash()[:8]} -> {other.model} {other.plan_hash()[:8]}"]
+    for k, (old, new) in d.get("plan", {}).items():
+        lines.append(f"  {k}: {_short_value(old)} -> {_short_value(new)}")
+    if "layers" in d:
+        lines.append(f"layers ({len(d['layers'])} changed of {len(plan.layers)}):")
+        rows = []
+        for name, ch in d["layers"].items():
+            la, lb = plan.layer(name), other.layer(name)
+            what = []
+            for f in ("stage", "dp", "placements", "details"):
+                if f in ch:
+                    what.append(f"{f} {ch[f][0]}->{ch[f][1]}" if f != "placements"
+                                else f"{ch[f][1]} placements changed")
+            rows.append([
+                name, la.strategy.short(), "->", lb.strategy.short(),
+                _signed_ms(lb.predicted.total_s - la.predicted.total_s),
+                _signed_bytes(lb.predicted.memory_bytes - la.predicted.memory_bytes),
+                ", ".join(what),
+            ])
+        table = format_table(["layer", "old", "", "new", "Δ time/step", "Δ mem/rank", "other"],
+                             rows, align="llllrrl")
+        lines += ["  " + line.rstrip() for line in table.splitlines()]
+    for k in ("added_layers", "removed_layers"):
+        if k in d:
+            lines.append(f"  {k.replace('_', ' ')}: {', '.join(d[k])}")
+    if "predicted" in d:
+        pa, pb = plan.predicted, other.predicted
+        lines.append("predicted:")
+        if pa.step_time_s != pb.step_time_s:
+            rel = (pb.step_time_s / pa.step_time_s - 1) * 100 if pa.step_time_s else float("inf")
+            lines.append(f"  step time: {_ms(pa.step_time_s)} -> {_ms(pb.step_time_s)} ({rel:+.1f}%)")
+        if pa.throughput_samples_s != pb.throughput_samples_s:
+            lines.append(f"  throughput: {pa.throughput_samples_s:.1f} -> {pb.throughput_samples_s:.1f} samples/s")
+        if pa.peak_memory_bytes != pb.peak_memory_bytes:
+            for s in range(max(len(pa.peak_memory_bytes), len(pb.peak_memory_bytes))):
+                old = pa.peak_memory_bytes[s] if s < len(pa.peak_memory_bytes) else None
+                new = pb.peak_memory_bytes[s] if s < len(pb.peak_memory_bytes) else None
+                if old != new:
+                    lines.append(f"  peak memory stage {s}: {_opt_bytes(old)} -> {_opt_bytes(new)}"
+                                 + (f" ({_signed_bytes(new - old)})" if old is not None and new is not None else ""))
+        for k in ("memory_budget_bytes", "bubble_fraction", "breakdown"):
+            if k in d["predicted"]:
+                old, new = d["predicted"][k]
+                lines.append(f"  {k}: {_short_value(old)} -> {_short_value(new)}")
+    return "\n".join(lines)
+
+
+# ---- explain --------------------------------------------------------------------------------
+
+
+def explain(plan: ParallelPlan, layer: str | None = None, alternative: str | LayerStrategy | None = None) -> str:
+    """A report for practitioners.
+
+    With no arguments: header, per-layer table (runs of identical layers collapsed into one
+    row such as ``blocks.0–31 ×32``), stage layout with ranks, predictions against the memory
+    budget, the baseline comparison and solver statistics. With ``layer``: that layer's chosen
+    strategy beside its alternatives and why each lost; ``alternative`` (a ``short()`` label
+    such as ``"tp4·zero3"`` — ``"tp4.zero3"`` works too — or a ``LayerStrategy``) picks one.
+    """
+    if layer is not None:
+        return _explain_layer(plan, layer, alternative)
+    if alternative is not None:
+        raise ConfigError("explain(alternative=...) needs a layer name too: explain('blocks.3', 'tp4·ddp')")
+    return _explain_plan(plan)
+
+
+def _explain_plan(plan: ParallelPlan) -> str:
+    p = plan.predicted
+    budget = p.memory_budget_bytes
+    shapes = sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}, key=lambda x: (-x[0], x[1]))
+    if len(shapes) == 1:
+        layout = f"pp{plan.pp} × dp{shapes[0][0]} × tp{shapes[0][1]}"
+    else:
+        layout = f"pp{plan.pp} × per layer (" + ", ".join(f"dp{d}×tp{t}" for d, t in shapes) + ")"
+    sched = plan.schedule + (f" ×{plan.virtual_stages} chunks/stage" if plan.virtual_stages > 1 else "")
+    out = [
+        f"plan for {plan.model} on {plan.world_size} devices: {layout}",
+        f"  schedule {sched}, {plan.num_microbatches} micro-batches, global batch {plan.global_batch_size} "
+        f"(micro-batch {plan.micro_batch_size} per data-parallel rank), precision {plan.precision}",
+        f"  graph {plan.graph_hash[:12]}  cluster {plan.cluster_hash[:12]}  plan {plan.plan_hash()[:12]}",
+        "",
+    ]
+    # ---- per-layer table, runs of identical layers collapsed
+    rows = []
+    for run in _runs(plan.layers):
+        first = run[0]
+        n = len(run)
+        def mean(f: str) -> float:
+            return sum(getattr(lp.predicted, f) for lp in run) / n
+
+        mem = max(lp.predicted.memory_bytes for lp in run)
+        rows.append([
+            _run_name(run), str(first.stage), first.strategy.short(), f"{first.dp}",
+            f"{mean('fwd_s') * 1e3:.2f}", f"{mean('bwd_s') * 1e3:.2f}",
+            f"{mean('comm_s') * 1e3:.2f}", f"{mean('transition_s') * 1e3:.2f}",
+            f"{sum(lp.predicted.total_s for lp in run) * 1e3:.2f}",
+            f"{fmt_bytes(mem)} ({_pct(mem, budget)})",
+        ])
+    out.append(f"per layer (ms per step on one rank; memory per rank, % of the {fmt_bytes(budget)} budget):")
+    out.append(format_table(
+        ["layer", "stage", "strategy", "dp", "fwd ms", "bwd ms", "comm ms", "trans ms", "total ms", "memory/rank"],
+        rows, align="lrlrrrrrrr"))
+    # ---- stages
+    out += ["", f"stages (pp={plan.pp}):"]
+    chunks = plan.chunk_layers()
+    for s, ranks in enumerate(plan.stage_ranks):
+        mine = [c for i, c in enumerate(chunks) if plan.stage_of_chunk(i) == s]
+        spans = ", ".join(f"layers {c.start}–{c.stop - 1} ({plan.layers[c.start].name} … "
+                          f"{plan.layers[c.stop - 1].name})" for c in mine)
+        peak = p.peak_memory_bytes[s]
+        flag = "  OVER BUDGET" if peak > budget else ""
+        out.append(f"  stage {s}: ranks {_ranks(ranks)} ({len(ranks)} devices); {spans}; "
+                   f"peak {fmt_bytes(peak)} / {fmt_bytes(budget)} budget ({_pct(peak, budget)}){flag}")
+    # ---- predictions
+    out += ["", "predicted:",
+            f"  step time {_ms(p.step_time_s)}, throughput {p.throughput_samples_s:.1f} samples/s, "
+            f"bubble {p.bubble_fraction * 100:.1f}%",
+            "  peak memory per stage: " + ", ".join(
+                f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.peak_memory_bytes)
+            + f" of {fmt_bytes(budget)} budget"]
+    if p.breakdown:
+        out.append("  breakdown: " + ", ".join(f"{k} {_ms(v)}" for k, v in p.breakdown.items()))
+    if plan.baseline:
+        name, t = plan.baseline.get("name", "baseline"), plan.baseline.get("step_time_s")
+        if isinstance(t, (int, float)) and t > 0 and p.step_time_s > 0:
+            out.append(f"  {t / p.step_time_s:.2f}× faster than {name} ({_ms(t)} per step)")
+        else:
+            out.append(f"  baseline {name}: {t}")
+    if plan.solver_stats:
+        out += ["", "solver: " + ", ".join(f"{k}={_short_value(v)}" for k, v in plan.solver_stats.items())]
+    if plan.notes:
+        out += ["", "notes:"] + [f"  - {n}" for n in plan.notes]
+    return "\n".join(out)
+
+
+def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrategy | None) -> str:
+    lp = plan.layer(name)
+    alts = list(lp.alternatives)
+    if alternative is not None:
+        alts = [_find_alternative(lp, alternative)]
+    budget = plan.predicted.memory_budget_bytes
+    ranks = plan.stage_ranks[lp.stage]
+    out = [
+        f"layer {lp.name} ({lp.role}, kind {lp.kind[:12]}), stage {lp.stage} on ranks {_ranks(ranks)}",
+        f"chosen: {lp.strategy.short()} (dp{lp.dp} × tp{lp.strategy.tp}); memory budget {fmt_bytes(budget)} per rank",
+    ]
+    if not lp.alternatives:
+        out.append("no alternatives were recorded for this layer (the search kept none, or it had no choice)")
+    cols = [("chosen " + lp.strategy.short(), lp.predicted, "chosen")]
+    labels = [lp.strategy.short()] + [a.strategy.short() for a in alts]
+    # one strategy at two boundary layouts (a head handing on whole or vocab-sharded logits)
+    cols += [(a.strategy.short() + (f" ({a.layout})" if a.layout and labels.count(a.strategy.short()) > 1 else ""),
+              a.predicted, a.reason) for a in alts]
+    keys = []
+    for _, pr, _ in cols:
+        keys += [k for k in pr.memory_breakdown if k not in keys]
+    rows = [
+        ["fwd ms"] + [f"{pr.fwd_s * 1e3:.2f}" for _, pr, _ in cols],
+        ["bwd ms"] + [f"{pr.bwd_s * 1e3:.2f}" for _, pr, _ in cols],
+        ["comm ms"] + [f"{pr.comm_s * 1e3:.2f}" for _, pr, _ in cols],
+        ["transition ms"] + [f"{pr.transition_s * 1e3:.2f}" for _, pr, _ in cols],
+        ["total ms/step"] + [f"{pr.total_s * 1e3:.2f}" for _, pr, _ in cols],
+        ["vs chosen"] + [_signed_ms(pr.total_s - lp.predicted.total_s) if i else "" for i, (_, pr, _) in enumerate(cols)],
+        ["memory/rank"] + [fmt_bytes(pr.memory_bytes) for _, pr, _ in cols],
+    ]
+    rows += [[f"  {k}"] + [fmt_bytes(pr.memory_breakdown[k]) if k in pr.memory_breakdown else "-"
+                           for _, pr, _ in cols] for k in keys]
+    rows.append(["why"] + [r for _, _, r in cols])
+    out += ["", format_table([""] + [c for c, _, _ in cols], rows, align="l" + "r" * len(cols))]
+    if lp.placements:
+        shown = list(lp.placements.items())[:12]
+        more = len(lp.placements) - len(shown)
+        out += ["", f"placements ({len(lp.placements)} node{'s' if len(lp.placements) != 1 else ''}, tp placements of inputs -> outputs):"]
+        out += [f"  {n}: {pl}" for n, pl in shown] + ([f"  … {more} more"] if more > 0 else [])
+    return "\n".join(out)
+
+
+# ---- formatting helpers ---------------------------------------------------------------------
+
+
+def _runs(layers: tuple[LayerPlan, ...]) -> list[list[LayerPlan]]:
+    """Consecutive layers of one kind, role, stage, strategy and dp, grouped (for collapsed rows)."""
+    runs: list[list[LayerPlan]] = []
+    for lp in layers:
+        key = (lp.kind, lp.role, lp.stage, lp.strategy, lp.dp)
+        if runs and (runs[-1][0].kind, runs[-1][0].role, runs[-1][0].stage, runs[-1][0].strategy,
+                     runs[-1][0].dp) == key:
+            runs[-1].append(lp)
+        else:
+            runs.append([lp])
+    return runs
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def _run_name(run: list[LayerPlan]) -> str:
+    """``blocks.0–31 ×32`` for a run, the plain name for a single layer."""
+    if len(run) == 1:
+        return run[0].name
+    a, b = _NUMBERED.match(run[0].name), _NUMBERED.match(run[-1].name)
+    if a and b and a.group(1) == b.group(1):
+        return f"{a.group(1)}{a.group(2)}–{b.group(2)} ×{len(run)}"
+    return f"{run[0].name}–{run[-1].name} ×{len(run)}"
+
+
+def _ranks(ranks) -> str:
+    """(0, 1, 2, 3, 6) -> '0–3,6'."""
+    ranks = list(ranks)
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}–{ranks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.2f} s"
+
+
+def _signed_ms(s: float) -> str:
+    return f"{s * 1e3:+.2f} ms"
+
+
+def _signed_bytes(b: int) -> str:
+    return ("+" if b >= 0 else "-") + fmt_bytes(abs(b))
+
+
+def _opt_bytes(b: int | None) -> str:
+    return "-" if b is None else fmt_bytes(b)
+
+
+def _pct(x: float, budget: float) -> str:
+    return f"{x / budget * 100:.0f}%" if budget else "-"
+
+
+def _short_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, str) and len(v) > 24 and re.fullmatch(r"[0-9a-f]+", v):
+        return v[:12]
+    return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+
+def _norm_label(s: str) -> str:
+    return s.strip().lower().replace("·", ".").replace(" ", "")
+
+
+def _find_alternative(lp: LayerPlan, which: str | LayerStrategy) -> Alternative:
+    for a in lp.alternatives:
+        if (isinstance(which, LayerStrategy) and a.strategy == which) or (
+                isinstance(which, str) and _norm_label(a.strategy.short()) == _norm_label(which)):
+            return a
+    label = which.short() if isinstance(which, LayerStrategy) else which
+    kept = ", ".join(a.strategy.short() for a in lp.alternatives) or "none"
+    if isinstance(which, LayerStrategy) and which == lp.strategy or label == lp.strategy.short():
+        raise ConfigError(f"{label} is the strategy chosen for {lp.name}, not an alternative; "
+                          f"alternatives kept: {kept}")
+    raise ConfigError(f"{label} is not among the alternatives kept for layer {lp.name} (kept: {kept}); "
+                      "re-run `galvatron-fx plan` with more alternatives kept to compare others")

@@ -1,0 +1,282 @@
+"""Data parallelism of a :class:`~galvatron_fx.runtime.parallel_module.ParallelModule`'s layers:
+FSDP units, tied weights, gradient buckets and the gradient sync at the end of a step.
+
+Contract: :class:`DataParallelMixin` is a base of ``ParallelModule``; it reads the host's
+``plan``, ``layer_ids``, ``executors`` and ``mesh(dp, tp)``, and, after ``__init__`` built them,
+``_tied`` (:meth:`DataParallelMixin._tied_groups`), ``_dtensor_params`` and ``_bucketers``
+(:meth:`DataParallelMixin._grad_bucketers`). The host calls :meth:`~DataParallelMixin._shard_all`
+and :meth:`~DataParallelMixin._share_tied` while building its executors; ``sync_grads`` after the
+last backward of a step leaves every gradient in its parameter's layout, summed over dp and over
+the copies of a tied weight.
+
+Terms: a *unit* is what one ``fully_shard`` call covers (one layer, or the layers sharing one tied
+weight stored alike); a *tied copy* is one of several parameters that hold one FQN; a *bucketer*
+(:class:`~galvatron_fx.runtime.buckets.GradBucketer`) sums the plain local gradients of one dp
+group in buckets.
+
+Algorithm, per layer: a DDP layer keeps full replicas over dp and all-reduces
+(sums) its gradients once per step (:meth:`LayerExecutor.sync_grads`). A ZeRO-2/ZeRO-3 layer with
+``dp > 1`` is wrapped by FSDP2's ``fully_shard`` on its 2-D ``(dp, tp)`` mesh in the SPMD form
+(``dp_mesh_dims=DataParallelMeshDims(shard="dp")``): the executor's ``(Replicate, tp)`` DTensor
+parameters become ``(Shard(0) | _StridedShard(0), tp)`` shards (dim 0 split over dp, the tp
+placement kept), FSDP all-gathers them back to ``(Replicate, tp)`` around the layer's forward
+(ZeRO-3: again in backward, ``reshard_after_forward=True``; ZeRO-2 keeps them from forward to
+backward) and reduce-scatters the dp-``Partial`` gradients after each backward. Scaling: the
+executor's convention is a *sum* over dp of partial grads (the loss's mean already
+divided each rank's share), so FSDP's default average is turned off
+(``set_gradient_divide_factor(1.0)`` with plain-sum collectives, which gloo supports).
+Accumulation: FSDP reduce-scatters once per micro-batch backward and accumulates the sharded
+grads (the memory model's ZeRO-2/3: only ``1/dp`` gradients persist); no ``no_sync``.
+The optimizer must be built after the ``ParallelModule`` (it sees the sharded parameters).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import DataParallelMeshDims
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from galvatron_fx.errors import PlanError
+from galvatron_fx.runtime.buckets import GradBucketer
+from galvatron_fx.runtime.layer_exec import LayerExecutor
+
+__all__ = ["DataParallelMixin"]
+
+R = Replicate()
+
+
+class _FSDPRoot(nn.Module):
+    """The FSDP root of a :class:`ParallelModule`'s sharded layers (see ``_fsdp_root``)."""
+
+    def __init__(self, units: list[nn.Module]):
+        super().__init__()
+        self.units = nn.ModuleList(units)
+
+    def forward(self) -> None:
+        return None
+
+
+class DataParallelMixin:
+    """FSDP sharding, tied weights and the gradient sync of a ``ParallelModule`` (see module doc)."""
+
+    # ---- sharding and tied weights --------------------------------------------------------------
+    def _shard_all(self, last_with_params: int) -> None:
+        """ZeRO-2/3 (``dp > 1``): FSDP2 over each layer's dp axis, summing (not averaging) grads.
+
+        A *unit* is what one ``fully_shard`` call covers: one layer, or the layers that read one
+        tied weight when all are sharded alike (same mesh, same stored layout of the weight, ZeRO
+        on each); those share a single parameter (its gradient sums both uses in autograd) and
+        gather it once, as FSDP's root does for a model's embedding and head. ZeRO-3 reshards after
+        forward, except the unit of the last layer with parameters, whose backward follows at once
+        (FSDP2's own advice; the memory model charges a gathered layer anyway). Every unit then
+        joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
+        context: a gather is prefetched during the backward of the unit after it."""
+        layers = dict(zip(self.layer_ids, self.executors))
+        dp_type = {i: str(self.plan.layers[i].strategy.dp_type) for i in self.layer_ids}
+        for i, ex in layers.items():
+            ex.fsdp = dp_type[i] in ("zero2", "zero3") and self.plan.layers[i].dp > 1 and \
+                any(True for _ in ex.parameters())
+        # units: union of FSDP layers sharing a tied weight stored alike on the same mesh
+        unit = {i: i for i, ex in layers.items() if ex.fsdp}
+
+        def find(i):
+            while unit[i] != i:
+                i = unit[i]
+            return i
+
+        owner: dict[str, tuple[int, str]] = {}  # fqn -> (first layer, key)
+        for i, ex in layers.items():
+            if not ex.fsdp:
+                continue
+            for key, fqn in ex.fqn_of_key.items():
+                if fqn not in owner:
+                    owner[fqn] = (i, key)
+                    continue
+                j, jkey = owner[fqn]
+                a, b = layers[j].params[jkey], ex.params[key]
+                if layers[j].mesh is ex.mesh and tuple(a.placements) == tuple(b.placements) and a.shape == b.shape:
+                    unit[find(i)] = find(j)
+                    ex.params[key] = a  # one parameter for both uses
+        groups: dict[int, list[int]] = {}
+        for i in unit:
+            groups.setdefault(find(i), []).append(i)
+        for members in groups.values():
+            exs = [layers[i] for i in members]
+            ex = exs[0]
+            # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
+            mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
+                if ex.compute_dtype is not None else MixedPrecisionPolicy()
+            reshard = all(dp_type[i] == "zero3" for i in members) and last_with_params not in members
+            if ex.mesh.size(1) == 1:
+                # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
+                # tensors the layer graph reads as they are (no DTensor per parameter and step)
+                self._plain_parameters(exs)
+                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh["dp"], reshard_after_forward=reshard,
+                            mp_policy=mp)
+            else:
+                # FSDP's SPMD form wants every parameter on the very mesh object it is given
+                # (meshes are process-wide, see mesh(), so DTensor's spec cache hands back the same one)
+                meshes = {id(p.device_mesh): p.device_mesh for e in exs for p in e.parameters()}
+                if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
+                    raise PlanError(f"layer {self.plan.layers[members[0]].name}: its parameters are not all on "
+                                    f"the layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot "
+                                    "shard them with FSDP")
+                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
+                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
+            for e in exs:
+                e.set_gradient_divide_factor(1.0)
+                e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
+        if groups:
+            self._fsdp_root([layers[i] for members in groups.values() for i in members])
+
+    @staticmethod
+    def _plain_parameters(exs: list[LayerExecutor]) -> None:
+        """The ``(Replicate, Replicate)`` parameters of tp=1 layers as plain tensors (shared ones
+        stay shared), read like local ones (``ex._local``) by the layer's graph and interpreter."""
+        plain: dict[int, nn.Parameter] = {}
+        for ex in exs:
+            for key, p in list(ex.params.items()):
+                if id(p) not in plain:
+                    plain[id(p)] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
+                ex.params[key] = plain[id(p)]
+                ex._local.add(key)
+
+    def _fsdp_root(self, units: list[LayerExecutor]) -> None:
+        """An FSDP root over ``units`` (no parameters of its own), run once so that FSDP takes
+        it as the root: the units then share FSDP's state and communication context (backward
+        prefetch, one end-of-backward callback), and a unit of several layers is not taken for a
+        root, which FSDP refuses. Each step's first unit to run does the root's per-step work."""
+        root = _FSDPRoot(units)
+        fully_shard(root, mesh=units[0].mesh, dp_mesh_dims=DataParallelMeshDims(shard="dp"))
+        root()
+        object.__setattr__(self, "_fsdp_root_module", root)  # not a submodule: no parameters of its own
+
+    def _share_tied(self) -> None:
+        """Layers outside FSDP that read one tied weight stored alike (plain local tensors of one
+        shape and dtype, the same tp layout, the same mesh) share a single parameter, as the user's
+        model does: autograd sums both uses into one gradient, which is reduced once, and the
+        optimizer steps it once (FSDP units share theirs in :meth:`_shard_all`)."""
+        first: dict[str, tuple[LayerExecutor, str]] = {}
+        for ex in self.executors:
+            if ex.fsdp:
+                continue
+            for key, fqn in ex.fqn_of_key.items():
+                if key not in ex._local:
+                    continue
+                if fqn not in first:
+                    first[fqn] = (ex, key)
+                    continue
+                other, okey = first[fqn]
+                a, b = other.params[okey], ex.params[key]
+                if other.mesh is ex.mesh and other._meta[okey] == ex._meta[key] and a.shape == b.shape \
+                        and a.dtype == b.dtype and a.requires_grad == b.requires_grad:
+                    ex.params[key] = a
+
+    def _tied_groups(self) -> list[list[tuple[LayerExecutor, str]]]:
+        """Per tied FQN, one ``(executor, key)`` per distinct parameter holding it (layers of one
+        FSDP unit share theirs), where there are several."""
+        by_fqn: dict[str, dict[int, tuple[LayerExecutor, str]]] = {}
+        for ex in self.executors:
+            for key, fqn in ex.fqn_of_key.items():
+                by_fqn.setdefault(fqn, {}).setdefault(id(ex.params[key]), (ex, key))
+        return [list(ps.values()) for ps in by_fqn.values() if len(ps) > 1]
+
+    def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
+        """Every plain local parameter of a ``dp > 1`` layer joins its dp group's
+        :class:`GradBucketer`, last layer first. Tied copies stored whole (tp ``Replicate``) on
+        equal mesh shapes are one bucket entry (summed locally, reduced once; at ``dp == 1`` only
+        summed: ``_local_tied``); other tied copies are summed as full tensors (``_slow_tied``)."""
+        self._local_tied, self._slow_tied = [], []
+        fast: dict[tuple[int, int], list[list[nn.Parameter]]] = {}
+        for ps in self._tied:
+            whole = all(k in ex._local and not ex.fsdp and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
+            shapes = {(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}
+            if not (whole and len(shapes) == 1):
+                self._slow_tied.append(ps)
+            elif next(iter(shapes))[0] == 1:
+                self._local_tied.append(ps)
+            else:
+                fast.setdefault(next(iter(shapes)), []).append([ex.params[k] for ex, k in ps])
+        in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
+        by_group: dict[tuple[int, int], list] = {}
+        seen: set[int] = set()
+        for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
+            if ex.fsdp or ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
+                continue
+            for k, p in ex.params.items():
+                if k in ex._local and p.requires_grad and id(p) not in in_fast and id(p) not in seen:
+                    seen.add(id(p))
+                    by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).append(p)
+        for ps in by_group.values():
+            ps.reverse()
+        for shape, groups in fast.items():  # ready when the last copy is: at the end of backward
+            by_group.setdefault(shape, []).extend(groups)
+        return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
+
+    # ---- gradient sync ------------------------------------------------------------------------
+    @torch.no_grad()
+    def sync_grads(self) -> None:
+        """Reduce every grad to its parameter's layout and sum tied copies (see
+        :meth:`_grad_bucketers`). FSDP layers reduce-scattered theirs in backward; the plain
+        (DDP-flavour) local grads of all layers sharing a dp group are summed in buckets, launched
+        during the last backward when :meth:`train_step` armed them, else here."""
+        for bucketer in self._bucketers.values():
+            bucketer.finish()
+        for ps in self._local_tied:
+            grads = [g for g in (ex.params[k].grad for ex, k in ps) if g is not None]
+            if grads:
+                total = torch.stack(grads).sum(0) if len(grads) > 1 else grads[0]
+                for ex, k in ps:
+                    ex.params[k].grad = total.clone()
+        for ex, k in self._dtensor_params:  # parameters kept as DTensors (FSDP reduced theirs)
+            p = ex.params[k]
+            if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
+                p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+        for ps in self._slow_tied:
+            self._sum_full(ps)
+
+    @staticmethod
+    def _sum_full(ps) -> None:
+        grads = [ex.params[k].grad for ex, k in ps]
+        if all(isinstance(g, DTensor) for g in grads) and \
+                len({(tuple(g.placements), tuple(g.device_mesh.mesh.flatten().tolist()), g.device_mesh.mesh.shape,
+                      tuple(g._local_tensor.shape)) for g in grads}) == 1:
+            # copies sharded alike (FSDP on equal meshes): the sum of the shards is the shard of the sum
+            total = grads[0]._local_tensor.clone()
+            for g in grads[1:]:
+                total += g._local_tensor
+            for (ex, k), g in zip(ps, grads):
+                ex.params[k].grad = DTensor.from_local(total.clone(), g.device_mesh, g.placements, run_check=False,
+                                                       shape=g.shape, stride=g.stride())
+            return
+        fulls = [g for g in (ex.full_grad(k) for ex, k in ps) if g is not None]
+        if fulls:
+            total = torch.stack(fulls).sum(0) if len(fulls) > 1 else fulls[0]
+            for ex, k in ps:
+                ex.set_full_grad(k, total)
+
+    def _loss_carrier(self, layout) -> GradBucketer | None:
+        """The gradient bucketer that can sum a loss laid out as ``layout`` (``(mesh,
+        placements)`` or None, see :func:`_local_and_layout`) with its last bucket: a sum or mean
+        over dp (``Partial``), replicated over tp, on a mesh whose dp group that bucketer reduces
+        over."""
+        if layout is None or layout[0].ndim != 2:
+            return None
+        mesh, (dp_p, tp_p) = layout
+        bucketer = self._bucketers.get((mesh.size(0), mesh.size(1)))
+        if bucketer is None or mesh is not self.mesh(mesh.size(0), mesh.size(1)) or not isinstance(tp_p, Replicate) \
+                or not (isinstance(dp_p, Partial) and dp_p.reduce_op in ("sum", "avg")):
+            return None
+        return bucketer
+
+    @staticmethod
+    def _reduce_async(value: torch.Tensor, layout) -> torch.Tensor:
+        """The local loss ``value`` laid out as ``layout`` made replicated, its collective
+        launched now and waited for when the result is read; as it is without a layout."""
+        if layout is None:
+            return value
+        mesh, placements = layout
+        dt = DTensor.from_local(value, mesh, placements, run_check=False, shape=value.shape, stride=value.stride())
+        return dt.redistribute(mesh, [R] * mesh.ndim, async_op=True).to_local()

@@ -1,0 +1,187 @@
+"""The search's results and their assembly into a :class:`~galvatron_fx.ir.plan.ParallelPlan`.
+
+Contract
+    ``_assemble(mg, cluster, cm, best, budget, stats, baseline, precision, name)`` turns the best
+    search point (a ``_Candidate``: pp, micro-batches, schedule and one ``_StageResult`` per
+    chunk) into a checked, frozen plan: one ``LayerPlan`` per layer with its placements, its
+    predicted costs and up to three rejected alternatives with why each lost, per-stage peak
+    memory, the hashes and summaries that bind the plan to its graph and cluster.
+
+Terms
+    *chunk*: a contiguous run of layers on one stage (``pp × virtual_stages`` of them);
+    *stage memory*: what the stage DP held a rank to (every gradient plus the largest temporary),
+    the measure alternatives are refused by; *peak*: the schedule-aware
+    :func:`~galvatron_fx.cost_models.memory.stage_peak_bytes`, what the plan reports.
+
+Algorithm
+    Per rank, the peak over its chunks' layer memories, less the copies of weights tied between
+    layers that the runtime keeps as one parameter (:func:`shared_tied_memory`); per layer, the
+    chosen choice's prediction and the fastest other choices of its stage as alternatives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from galvatron_fx.cluster import Cluster
+from galvatron_fx.cost_models.base import CostModel
+from galvatron_fx.cost_models.memory import LayerMemory, stage_peak_bytes
+from galvatron_fx.inspect import fmt_bytes
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.plan import (
+    Alternative,
+    LayerPlan,
+    LayerPrediction,
+    ParallelPlan,
+    PlanPrediction,
+    cluster_hash,
+    graph_hash,
+    graph_summary,
+)
+from galvatron_fx.ir.strategy import DPType
+from galvatron_fx.search.candidates import LayerChoice
+
+
+@dataclass
+class _StageResult:
+    layers: range
+    choices: list[LayerChoice]  # chosen, one per layer
+    trans_s: list[float]  # per layer, per step (0 for the first of the stage)
+    time_s: float  # Σ per-step layer times + transitions
+    mem_bytes: int  # peak per rank
+    in_flight: int
+    all_choices: list[list[LayerChoice]]
+    min_mem_bytes: int
+
+
+@dataclass
+class _Candidate:
+    pp: int
+    m: int
+    schedule: str
+    samples: int
+    stages: list[_StageResult]
+    step_time_s: float
+    bubble_fraction: float
+    breakdown: dict[str, float]
+    virtual_stages: int = 1
+
+
+def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
+              baseline: dict | None, precision: str, name: str) -> ParallelPlan:
+    devices = cluster.world_size // best.pp
+    layer_plans: list[LayerPlan] = []
+    peaks = []
+    for r in range(best.pp):  # a rank runs stage r: one chunk, or several under interleaving
+        sts = best.stages[r::best.pp]
+        peaks.append(stage_peak_bytes([x for st in sts for x in shared_tied_memory(mg, cm, st)],
+                                      [st.in_flight for st in sts for _ in st.choices],
+                                      grads_held=best.m > 1 or best.pp > 1))
+    # what the stage DPs held each rank to (every gradient and the largest temporary added up):
+    # the measure alternatives are refused by
+    searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
+                + max(x.memory.temp_bytes for st in best.stages[r::best.pp] for x in st.choices)
+                for r in range(best.pp)]
+    for c, st in enumerate(best.stages):
+        stage_mem = searched[c % best.pp]
+        for j, i in enumerate(st.layers):
+            layer = mg.layers[i]
+            x = st.choices[j]
+            pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes)
+            alts = _alternatives(st, j, best.m, budget, stage_mem)
+            layer_plans.append(LayerPlan(
+                name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
+                placements=dict(x.option.placements) if x.option is not None else {},
+                predicted=pred, alternatives=tuple(alts)))
+    max_dp = max(lp.dp for lp in layer_plans)
+    samples = best.samples
+    plan = ParallelPlan(
+        model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
+        cluster=json.loads(cluster.to_json()), graph=graph_summary(mg),
+        pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
+        global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
+        stage_boundaries=tuple(st.layers.start for st in best.stages),
+        stage_ranks=tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
+        precision=precision, layers=tuple(layer_plans),
+        predicted=PlanPrediction(step_time_s=best.step_time_s,
+                                 throughput_samples_s=samples * best.m / best.step_time_s,
+                                 peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
+                                 bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
+        solver_stats=stats, baseline=baseline, notes=(),
+    )
+    return plan
+
+
+def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory]:
+    """The memories of ``stage``'s layers (one chunk: a ``_StageResult``), less what their own
+    accounting counts twice for a weight tied between them that the runtime keeps as one
+    parameter.
+
+    A layer's choice prices a copy of every weight it reads, with its gradient and optimizer
+    states (it does not know its neighbours' choices). The runtime shares one parameter between
+    readers that store it alike (``ParallelModule._share_tied``; one FSDP unit under ZeRO): at
+    ``tp == 1``, those with the same dp degree, both outside FSDP or both in it (readers at
+    ``tp > 1`` keep their copies here). Each further reader loses its copy of the parameter and
+    its optimizer states (and ZeRO-2's gathered copy, when both keep one); of the gradients one
+    remains, where backward makes it: outside FSDP at the last reader (autograd holds the first
+    contribution from there on), in an FSDP unit at the first (its reduce-scatter follows the
+    unit's last backward)."""
+    mems = [c.memory for c in stage.choices]
+    first: dict[tuple, int] = {}  # (fqn, dp, sharded) -> position of the previous reader
+    for j, (i, c) in enumerate(zip(stage.layers, stage.choices)):
+        layer, st = mg.layers[i], c.strategy
+        if st.tp != 1:
+            continue
+        sharded = st.dp_type != DPType.DDP and c.dp > 1
+        for f in layer.param_names:
+            p = mg.params.get(f)
+            if p is None or p.is_buffer or not p.requires_grad or len(p.layers) < 2:
+                continue
+            key = (f, c.dp, sharded)
+            if key not in first:
+                first[key] = j
+                continue
+            prev = first[key]
+            first[key] = j
+            m = cm.layer_memory(layer.costs, st, dp=c.dp, micro_batch=1, captured_batch=1, params=[p])
+            gathered = st.dp_type == stage.choices[prev].strategy.dp_type == DPType.ZERO2
+            mems[j] = dataclasses.replace(
+                mems[j], param_bytes=mems[j].param_bytes - m.param_bytes,
+                optimizer_bytes=mems[j].optimizer_bytes - m.optimizer_bytes,
+                unsharded_param_bytes=mems[j].unsharded_param_bytes - (m.unsharded_param_bytes if gathered else 0))
+            g = j if sharded else prev  # the gradient that does not exist apart
+            mems[g] = dataclasses.replace(mems[g], grad_bytes=mems[g].grad_bytes - m.grad_bytes)
+    return mems
+
+
+def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_here: int) -> LayerPrediction:
+    mem = c.memory
+    breakdown = {"params": mem.param_bytes + mem.unsharded_param_bytes, "grads": mem.grad_bytes,
+                 "optimizer": mem.optimizer_bytes, "activations": in_flight * mem.activation_bytes,
+                 "temp": temp_here}
+    return LayerPrediction(fwd_s=m * c.fwd_s, bwd_s=m * c.bwd_s, comm_s=m * c.tp_comm_s + c.dp_comm_s,
+                           transition_s=trans_s, memory_bytes=sum(breakdown.values()),
+                           memory_breakdown=breakdown)
+
+
+def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int, k: int = 3) -> list[Alternative]:
+    chosen = st.choices[j]
+    base_t = chosen.step_time_s(m)
+    base_m = chosen.mem_bytes(st.in_flight)
+    out = []
+    others = sorted((c for c in st.all_choices[j] if c is not chosen), key=lambda c: c.step_time_s(m))
+    for c in others[:k]:
+        dt = c.step_time_s(m) - base_t
+        dm = c.mem_bytes(st.in_flight) - base_m
+        over = stage_mem + dm - budget
+        if over > 0:
+            reason = f"over the memory budget by {fmt_bytes(over)}"
+        elif dt > 0:
+            reason = f"+{dt * 1e3:.2f} ms per step"
+        else:
+            reason = "slower once resharding to its neighbours' layouts is paid"
+        out.append(Alternative(strategy=c.strategy, predicted=_prediction(c, m, st.in_flight, 0.0, c.memory.temp_bytes),
+                               reason=reason, layout=f"in {c.in_layout}, out {c.out_layout}"))
+    return out
