@@ -42,7 +42,8 @@ def _plan(mg, strategy: str):
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.ir.plan import LayerPlan, LayerPrediction, ParallelPlan, PlanPrediction, graph_hash
     from galvatron_fx.ir.strategy import LayerStrategy
-    from galvatron_fx.search.intra_layer import decompose_layer, solve_intra_layer
+    from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.search.intra_layer import solve_intra_layer
 
     dp, tp, dp_type = {"ddp": (2, 1, "ddp"), "fsdp": (2, 1, "zero3"), "tp": (1, 2, "ddp")}[strategy]
     cm = AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))

@@ -271,7 +271,7 @@ def parallel_modules() -> list[ParallelModule]:
 
 def _world() -> int:
     """Ranks of the job: 1 without a process group, or with the planner's ``fake`` stand-in group
-    (``search.intra_layer`` initialises one for DTensor's strategy functions)."""
+    (``search.node_strategies`` initialises one for DTensor's strategy functions)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         return 1
     return dist.get_world_size()

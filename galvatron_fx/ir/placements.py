@@ -1,7 +1,7 @@
-"""The placement strings of a plan: their grammar, and their check against the model's graph.
+"""The placement strings of a plan: their grammar, their parsing, and their check against a layer's graph.
 
 A plan keeps, per layer, one string per node of the layer's decomposed forward graph (the ATen
-ops DTensor dispatches, :func:`galvatron_fx.search.intra_layer.decompose_layer`): the placement
+ops DTensor dispatches, :func:`galvatron_fx.passes.decompose_layer.decompose_layer`): the placement
 on the tp mesh axis of each tensor input, then ``->``, then that of each output::
 
     "S(1),R->S(2)"    two inputs (sharded on dim 1, replicated), one output sharded on dim 2
@@ -10,6 +10,8 @@ on the tp mesh axis of each tensor input, then ``->``, then that of each output:
 
 Grammar: ``[p(,p)*]->o(,o)*`` with ``p = R | P | S(d)`` (``Replicate``, ``Partial``,
 ``Shard(d)``; ``d`` a dim below :data:`MAX_DIM`, no leading zeros) and ``o = p | -``.
+:func:`pstr` writes one ``p`` (or ``-``) from a DTensor placement, :func:`parse_placement` reads
+one back.
 
 Two checks, each a ``ConfigError`` naming the layer, the node, the placement and what a valid
 one looks like:
@@ -17,7 +19,8 @@ one looks like:
 - syntax, whenever a plan is built or loaded (``ParallelPlan`` calls :func:`placement_problem`);
 - against the graph, once a layer is decomposed: :func:`check_layer_placements` (the number of
   inputs and outputs of the node, every shard dim below the rank of its tensor);
-  :func:`check_placements` decomposes and checks a whole plan. Node names the graph does not
+  :func:`galvatron_fx.passes.decompose_layer.check_placements` decomposes and checks a whole
+  plan. Node names the graph does not
   have are left alone: the runtime re-solves a layer whose plan misses its nodes (another torch
   version names them differently).
 """
@@ -26,25 +29,46 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.errors import ConfigError
 
-if TYPE_CHECKING:
-    from galvatron_fx.ir.graph import ModelGraph
-    from galvatron_fx.ir.plan import ParallelPlan
-
-__all__ = ["MAX_DIM", "PLACEMENT_HELP", "check_layer_placements", "check_placements", "placement_problem",
-           "split_placement"]
+__all__ = ["MAX_DIM", "P", "PLACEMENT_HELP", "R", "check_layer_placements", "parse_placement", "placement_problem",
+           "pstr", "split_placement"]
 
 MAX_DIM = 64  # a tensor has fewer dims than this (torch's own limit on CUDA)
 PLACEMENT_HELP = ("a placement is the tp placement of each tensor input, '->', then of each output, each R, P "
                   "or S(d) (an output may be '-'): e.g. 'S(1),R->S(2)', or '->R' for a placeholder")
 _ONE = re.compile(r"R|P|S\((0|[1-9][0-9]{0,8})\)")
+
+R = Replicate()
+P = Partial()
+
+
+def pstr(p: Placement | None) -> str:
+    """``Replicate()`` → ``R``, ``Shard(1)`` → ``S(1)``, ``Partial()`` → ``P``."""
+    if p is None:
+        return "-"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    return "P" if isinstance(p, Partial) else "R"
+
+
+def parse_placement(s: str) -> Placement:
+    """``R`` → ``Replicate()``, ``S(1)`` → ``Shard(1)``, ``P`` → ``Partial()``; anything else is a
+    ``ConfigError`` (the grammar: the module doc)."""
+    if s == "R":
+        return R
+    if s == "P":
+        return P
+    if placement_problem(f"->{s}") is None and s.startswith("S("):
+        return Shard(int(s[2:-1]))
+    raise ConfigError(f"not a placement: {s!r} (use R, P or S(d), d a tensor dim)")
 
 
 def split_placement(s: str) -> tuple[list[str], list[str]]:
@@ -122,19 +146,3 @@ def _node_problem(n: fx.Node, s: str) -> str | None:
 def _count(k: int, word: str) -> str:
     return f"{k} {word}{'s' if k != 1 else ''}"
 
-
-def check_placements(plan: ParallelPlan, mg: ModelGraph, *, decomposed: dict | None = None) -> None:
-    """:func:`check_layer_placements` for every layer of ``plan`` that has placements and a layer
-    of the same name in ``mg``; ``decomposed`` (layer kind → decomposed layer) is used and filled
-    so that a caller that decomposes the layers anyway pays nothing twice."""
-    from galvatron_fx.search.intra_layer import decompose_layer
-
-    decomposed = {} if decomposed is None else decomposed
-    layers = {layer.name: layer for layer in mg.layers}
-    for lp in plan.layers:
-        layer = layers.get(lp.name)
-        if layer is None or not lp.placements:
-            continue
-        if layer.kind not in decomposed:
-            decomposed[layer.kind] = decompose_layer(mg, layer)
-        check_layer_placements(lp.name, lp.placements, decomposed[layer.kind].gm)

@@ -55,12 +55,14 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
-from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, LocalValue, _tensor_args, wait_in_flight
+from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
+from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
-from galvatron_fx.search.intra_layer import DecomposedLayer, LayerOption, decompose_layer
+from galvatron_fx.ir.layer_option import LayerOption
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 
 log = logging.getLogger(__name__)
 

@@ -195,7 +195,7 @@ class PipelineModule(nn.Module):
         cannot run, a value it cannot send) raises the same ``PlanError`` on every rank here,
         instead of leaving the other stages blocked in a receive until the process group's
         timeout. The random state, gradients and in-flight work are as they were before."""
-        from galvatron_fx.runtime.layer_exec import wait_in_flight
+        from galvatron_fx.runtime.lowered import wait_in_flight
 
         error = None
         rng = torch.get_rng_state()

@@ -3,7 +3,7 @@ priced in time and memory by the cost model — the choices the inter-layer DP p
 
 Contract: :class:`OptionCache` solves the intra-layer ILP once per (layer kind, tp, sp) — a
 head and its loss once per layout of the logits between them, whole or vocab-sharded — and
-keeps the :class:`~galvatron_fx.search.intra_layer.LayerOption`s; :func:`layer_choices` turns
+keeps the :class:`~galvatron_fx.ir.layer_option.LayerOption`s; :func:`layer_choices` turns
 options into :class:`LayerChoice` records for one stage configuration (its devices, the
 samples per micro-batch, micro-batches per step and in flight), and :func:`transition_s` prices
 the reshard of the hidden state between two consecutive choices.
@@ -51,7 +51,10 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, SPMode
 from galvatron_fx.recompute import Recompute
-from galvatron_fx.search.intra_layer import LayerOption, decompose_layer, parse_placement, solve_intra_layer
+from galvatron_fx.ir.layer_option import LayerOption
+from galvatron_fx.ir.placements import parse_placement
+from galvatron_fx.passes.decompose_layer import decompose_layer
+from galvatron_fx.search.intra_layer import solve_intra_layer
 
 log = logging.getLogger(__name__)
 

@@ -2,23 +2,21 @@
 
 Contract: takes an annotated :class:`~galvatron_fx.ir.ModelGraph`, one layer (the
 representative of its kind), a tensor-parallel degree ``tp``, a sequence-parallel mode and a
-cost model; returns a :class:`LayerOption`: one DTensor placement per value of the layer's
-decomposed forward graph, its compute and communication time per micro-batch, and how its
-parameters and activations divide. The graph is not changed; the result is cached per
-``(kind, tp, sp, cluster tier)``.
+cost model; returns a :class:`~galvatron_fx.ir.layer_option.LayerOption`: one DTensor placement
+per value of the layer's decomposed forward graph, its compute and communication time per
+micro-batch, and how its parameters and activations divide. The graph is not changed; the
+result is cached per ``(kind, tp, sp, cluster tier)``.
 
-Terms: the layer is re-traced (``make_fx`` on fake tensors) into the post-dispatch ATen ops
-that DTensor itself sees at run time (``addmm``, ``native_layer_norm``, ``view``, the
-attention kernel, …), so every placement the solver picks is one the runtime can execute.
-A *value* is one tensor output of a node; a *strategy* of a node fixes the placement of each
-of its tensor inputs and outputs on the 1-D ``tp`` mesh (``Replicate``, ``Shard(d)``,
-``Partial``). Sequence-parallel modes fix the layout of the hidden state at the layer's
-boundary (unless a caller fixes another: a head handing on vocab-sharded logits, the loss
-taking them): ``none`` replicated, ``megatron`` and ``ulysses`` split on the sequence dim; Ulysses
-also keeps every parameter whole, so the solver has to move the sequence split to heads around
-attention (all-to-all) instead of sharding weights. Strategies come from DTensor's own sharding propagator (its single-dim and op
-strategy functions), plus a short list of our overrides (``_OVERRIDES``) for kernels DTensor
-has no rule for, and the class-sharded strategies the runtime runs with its own code.
+Terms: the layer is re-traced into the post-dispatch ATen ops that DTensor itself sees at run
+time (:mod:`~galvatron_fx.passes.decompose_layer`), so every placement the solver picks is one
+the runtime can execute. A *value* is one tensor output of a node; a *strategy* of a node fixes
+the placement of each of its tensor inputs and outputs on the 1-D ``tp`` mesh (``Replicate``,
+``Shard(d)``, ``Partial``; :mod:`~galvatron_fx.search.node_strategies` lists them).
+Sequence-parallel modes fix the layout of the hidden state at the layer's boundary (unless a
+caller fixes another: a head handing on vocab-sharded logits, the loss taking them): ``none``
+replicated, ``megatron`` and ``ulysses`` split on the sequence dim; Ulysses also keeps every
+parameter whole, so the solver has to move the sequence split to heads around attention
+(all-to-all) instead of sharding weights.
 
 Formulation. Binary ``x[n,s]`` chooses strategy ``s`` of node ``n``; for every edge
 ``e = (u → n, slot k)`` binary ``y[e,a,b]`` is the product ``x[u,a]·x[n,b]``; for every value
@@ -50,9 +48,7 @@ sequence parallelism, all-gather/reduce-scatter pairs) with no model-specific ru
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import operator
 import time
 from collections import defaultdict
@@ -61,383 +57,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.reshard import Layout
-from galvatron_fx.errors import ConfigError, PlanError
+from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
-from galvatron_fx.ir.placements import check_layer_placements, placement_problem
+from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
-from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
-from galvatron_fx.vocab_parallel import collectives as in_op_collectives, extra_strategies, is_class_sharded
-from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.search.node_strategies import _IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies
+from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
-
-R = Replicate()
-P = Partial()
-
-
-def pstr(p: Placement | None) -> str:
-    """``Replicate()`` → ``R``, ``Shard(1)`` → ``S(1)``, ``Partial()`` → ``P``."""
-    if p is None:
-        return "-"
-    if isinstance(p, Shard):
-        return f"S({p.dim})"
-    return "P" if isinstance(p, Partial) else "R"
-
-
-def parse_placement(s: str) -> Placement:
-    """``R`` → ``Replicate()``, ``S(1)`` → ``Shard(1)``, ``P`` → ``Partial()``; anything else is a
-    ``ConfigError`` (the grammar: :mod:`galvatron_fx.ir.placements`)."""
-    if s == "R":
-        return R
-    if s == "P":
-        return P
-    if placement_problem(f"->{s}") is None and s.startswith("S("):
-        return Shard(int(s[2:-1]))
-    raise ConfigError(f"not a placement: {s!r} (use R, P or S(d), d a tensor dim)")
-
-
-# ---- the decomposed layer ---------------------------------------------------------------------
-
-@dataclass
-class DecomposedLayer:
-    """The layer's forward as post-dispatch ATen ops, with per-node measured costs."""
-
-    gm: fx.GraphModule
-    inputs: list[fx.Node]  # placeholders, in the order of the layer's external inputs
-    input_roles: list[str]  # "param", "activation" (from another layer) or "other"
-    input_names: list[str]  # names of the original graph's external values
-    fwd_flops: dict[str, int] = field(default_factory=dict)
-    fwd_bytes: dict[str, int] = field(default_factory=dict)
-    strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
-
-
-def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
-    """Re-trace ``layer`` into the ATen ops DTensor dispatches at run time, on fake tensors."""
-    by_name = mg.nodes_by_name()
-    nodes = mg.layer_nodes(layer)
-    ext = mg.layer_inputs(layer)
-    param_nodes = {node for p in mg.params.values() if not p.is_buffer for node in p.nodes}
-    readers: dict[str, int] = defaultdict(int)
-    for other in mg.layers:
-        for name in other.input_names:
-            readers[name] += 1
-    # the hidden state handed from the previous layer follows the sequence-parallel layout;
-    # values many layers read (rotary tables, masks, an encoder output) stay replicated
-    roles = ["param" if a.name in param_nodes else
-             ("activation" if a.op != "placeholder" and _is_float(a) and readers[a.name] == 1 else "other")
-             for a in ext]
-    run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
-    grad = _requires_grad(mg)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        # inputs that require grad in training do here too: some ops dispatch to other kernels
-        # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
-        xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
-        gm = make_fx(run, tracing_mode="real")(*xs)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext])
-    _measure_forward(dl)
-    return dl
-
-
-def _requires_grad(mg: ModelGraph) -> set[fx.Node]:
-    """The captured graph's nodes whose values require grad in training: trainable parameters
-    and the floating values computed from them."""
-    trainable = {node for p in mg.params.values() if p.requires_grad and not p.is_buffer for node in p.nodes}
-    out: set[fx.Node] = set()
-    for n in mg.gm.graph.nodes:
-        if n.op == "placeholder":
-            if n.name in trainable:
-                out.add(n)
-        elif _is_float(n) and any(a in out for a in n.all_input_nodes):
-            out.add(n)
-    return out
-
-
-def _is_float(n: fx.Node) -> bool:
-    v = n.meta.get("val")
-    return isinstance(v, torch.Tensor) and v.is_floating_point()
-
-
-def _fake(val) -> torch.Tensor:
-    shape = [int(s) for s in val.shape]
-    return torch.empty(shape, dtype=val.dtype, device="cpu")
-
-
-def _measure_forward(dl: DecomposedLayer) -> None:
-    """FLOPs and bytes of every decomposed node's forward kernel (fake tensors)."""
-    env: dict[fx.Node, object] = {}
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        for n in dl.gm.graph.nodes:
-            if n.op == "placeholder":
-                env[n] = _fake(n.meta["val"])
-            elif n.op == "call_function":
-                args = torch.fx.node.map_arg(n.args, lambda a: env[a])
-                kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
-                with CostCounter() as cc:
-                    env[n] = n.target(*args, **kwargs)
-                dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
-
-
-# ---- strategies -------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class NodeStrategy:
-    """Placements of one node's tensor inputs (``None`` for non-tensors) and outputs."""
-
-    inputs: tuple[Placement | None, ...]
-    outputs: tuple[Placement | None, ...]
-
-    @property
-    def partitioned(self) -> bool:
-        """Whether the work is split over the group (else every rank computes it all).
-
-        Only sharded tensors split work: an op on partial inputs (a replicated weight fed as
-        Partial, say) still does the whole computation on every rank.
-        """
-        return any(isinstance(p, Shard) for p in self.inputs + self.outputs if p is not None)
-
-    def grad_of_input(self, k: int) -> Placement | None:
-        """The placement of the gradient this node hands back for tensor input ``k``."""
-        p = self.inputs[k]
-        if p is None:
-            return None
-        if isinstance(p, Partial):
-            return R
-        if isinstance(p, Replicate) and self.partitioned:
-            return P
-        return p
-
-
-def _tensor_meta(v):
-    from torch.distributed.tensor._dtensor_spec import TensorMeta
-
-    return TensorMeta(v.shape, v.stride(), v.dtype)
-
-
-def _candidates(v: torch.Tensor, tp: int) -> list[Placement]:
-    """Replicate, Partial, and Shard(d) on every dim that ``tp`` divides."""
-    out: list[Placement] = [R]
-    if v.is_floating_point():
-        out.append(P)
-    out += [Shard(d) for d in range(v.ndim) if v.shape[d] % tp == 0 and v.shape[d] >= tp]
-    return out
-
-
-def _plain(placements) -> bool:
-    """Only Replicate, Shard and sum-partials (including the masked partial of a vocab-parallel
-    embedding): no strided or other exotic shards."""
-    for p in placements:
-        if p is None or type(p) in (Replicate, Shard):
-            continue
-        if isinstance(p, Partial) and p.reduce_op == "sum":
-            continue
-        return False
-    return True
-
-
-def _even(placements, metas, tp: int) -> bool:
-    if not _plain(placements):
-        return False
-    for p, m in zip(placements, metas):
-        if isinstance(p, Shard) and m is not None:
-            d = p.dim % len(m.shape)
-            if m.shape[d] % tp != 0:
-                return False
-    return True
-
-
-def _sdpa_cpu_strategies(node: fx.Node, tp: int) -> list[NodeStrategy]:
-    """Our rule for the CPU flash-attention kernel (DTensor has none): batch or heads sharded.
-
-    An attention mask / position bias (4-D, possibly broadcast) follows q on the sharded dim
-    where it has that size, else stays replicated.
-    """
-    tensors = [a.meta["val"] for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
-    q = tensors[0]
-    out = [NodeStrategy(tuple(R for _ in tensors), (R, R))]
-    for d in (0, 1):
-        if q.shape[d] % tp == 0:
-            ins = tuple(Shard(d) if i < 3 or (t.ndim == 4 and t.shape[d] == q.shape[d]) else R
-                        for i, t in enumerate(tensors))
-            out.append(NodeStrategy(ins, (Shard(d), Shard(d))))
-    return out
-
-
-_OVERRIDES = {
-    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu_strategies,
-    torch.ops.galvatron_fx.biased_attention.default: _sdpa_cpu_strategies,  # the same layout rule
-}
-_IGNORED = {aten._assert_tensor_metadata.default}
-
-
-def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
-    """Every strategy of ``node`` on a 1-D mesh of ``tp`` ranks (see module doc for sources)."""
-    op = node.target
-    if op in _OVERRIDES:
-        return _OVERRIDES[op](node, tp)
-    from torch.distributed.tensor import DTensor
-
-    prop = DTensor._op_dispatcher.sharding_propagator
-    tensor_args = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
-    in_vals = [a.meta["val"] for a in tensor_args]
-    out_vals = [v if isinstance(v, torch.Tensor) else None for v in _flat_outputs(node)]
-    found: set[NodeStrategy] = set()
-    if op in prop.op_single_dim_strategy_funcs:
-        found |= _from_single_dim(prop, node, in_vals, out_vals, tp)
-    elif op in prop.op_strategy_funcs:
-        found |= _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp)
-    replicate = NodeStrategy(tuple(R for _ in in_vals), tuple(R if v is not None else None for v in out_vals))
-    found.add(replicate)
-    # class-sharded log-softmax / NLL loss (vocab-parallel cross-entropy), run by our own code
-    found |= {NodeStrategy(ins, outs) for ins, outs in extra_strategies(node, tp)}
-    return sorted(found, key=lambda s: (s != replicate, str(s)))
-
-
-def _flat_outputs(node: fx.Node) -> list:
-    v = node.meta.get("val")
-    return list(v) if isinstance(v, (list, tuple)) else [v]
-
-
-def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodeStrategy]:
-    from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
-
-    info = prop.op_single_dim_strategy_funcs[node.target]
-    args = torch.fx.node.map_arg(node.args, lambda a: _tensor_meta(a.meta["val"]))
-    kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: _tensor_meta(a.meta["val"]))
-    try:
-        rules = info.func(node.target, args, kwargs)
-    except Exception as e:  # a rule that cannot handle these shapes: replicate only
-        log.debug("no single-dim strategies for %s: %s", node.format_node(), e)
-        return set()
-    out: set[NodeStrategy] = set()
-    n_out = len(out_vals)
-    metas = [_tensor_meta(v) if v is not None else None for v in out_vals] + [_tensor_meta(v) for v in in_vals]
-    for rule in rules:
-        placements = []
-        ok = True
-        for p in rule:
-            if isinstance(p, _ShardingPlaceholder):
-                p = Shard(p.dim)
-            if isinstance(p, Partial) and p.reduce_op != "sum":
-                ok = False
-            placements.append(p)
-        if not ok or len(placements) != n_out + len(in_vals) or not _even(placements, metas, tp):
-            continue
-        outs = tuple(p if out_vals[i] is not None else None for i, p in enumerate(placements[:n_out]))
-        out.add(NodeStrategy(tuple(placements[n_out:]), outs))
-    return out
-
-
-def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeStrategy]:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
-
-    fn = prop.op_strategy_funcs[node.target]
-    cands = [_candidates(a.meta["val"], tp) for a in tensor_args]
-    out: set[NodeStrategy] = set()
-
-    def schema_for(choice):
-        it = iter(choice)
-
-        def to_strategy(a):
-            p = next(it)
-            meta = _tensor_meta(a.meta["val"])
-            return OpStrategy([OpSpec(DTensorSpec(mesh, (p,), tensor_meta=meta))])
-
-        def wrap(a):
-            if isinstance(a, fx.Node):
-                return to_strategy(a)
-            if isinstance(a, (list, tuple)) and a and all(isinstance(x, fx.Node) for x in a):
-                return TupleStrategy([to_strategy(x) for x in a])  # a tensor list (cat, stack)
-            return a
-
-        args = tuple(wrap(a) for a in node.args)
-        kwargs = {k: wrap(v) for k, v in node.kwargs.items()}
-        return OpSchema(node.target, args, kwargs)
-
-    combos = itertools.product(*cands) if math.prod(len(c) for c in cands) <= 256 else [tuple(R for _ in cands)]
-    for choice in combos:
-        try:
-            st = fn(schema_for(choice))
-        except Exception:
-            continue
-        specs = st.strategies if isinstance(st, OpStrategy) else None
-        if isinstance(st, TupleStrategy):
-            # multi-output view ops (split, unbind): one child per output, all following the input
-            children = st.children
-            if not all(isinstance(c, OpStrategy) and len(c.strategies) == 1 for c in children):
-                continue
-            ins = tuple(s.placements[0] for s in children[0].strategies[0].input_specs)
-            outs = tuple(c.strategies[0].output_spec.placements[0] for c in children)
-            out.add(NodeStrategy(ins, outs))
-            continue
-        for spec in specs or []:
-            ins = tuple(s.placements[0] if s is not None else None for s in (spec.input_specs or ()))
-            if len(ins) != len(tensor_args):
-                continue
-            outs_specs = spec.output_specs if isinstance(spec.output_specs, tuple) else (spec.output_specs,)
-            outs = tuple(s.placements[0] if s is not None else None for s in outs_specs)
-            if len(outs) != len(out_vals):
-                continue
-            metas = [_tensor_meta(a.meta["val"]) for a in tensor_args]
-            if _even(ins, metas, tp) and _even(outs, [(_tensor_meta(v) if v is not None else None) for v in out_vals], tp):
-                out.add(NodeStrategy(ins, outs))
-    return out
-
-
-# ---- the option a solve produces --------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CommEvent:
-    """One redistribution the plan performs: forward or backward, of which value."""
-
-    direction: str  # "fwd" | "bwd"
-    value: str
-    collective: str  # all_reduce, all_gather, reduce_scatter, all_to_all
-    nbytes: int  # at the captured batch (CommModel's convention: the full tensor)
-    time_s: float
-    per_sample: bool = True  # bytes scale with the micro-batch (False: a parameter or its gradient)
-
-
-@dataclass(frozen=True)
-class LayerOption:
-    """The solved placement of one layer kind at one tensor-parallel degree and SP mode.
-
-    Times are per micro-batch at the captured batch, one rank; ``param_fraction`` and
-    ``activation_fraction`` say how much of the layer's parameters and saved activations one
-    rank keeps (1/tp for a fully sharded layer).
-    """
-
-    kind: str
-    tp: int
-    sp: SPMode
-    placements: dict[str, str]  # decomposed node name -> "in1,in2->out1,out2"
-    compute_s: float
-    compute_ratio: float  # compute_s / the same layer unpartitioned: the share one rank does
-    comm_fwd_s: float
-    comm_bwd_s: float
-    param_fraction: float
-    activation_fraction: float
-    comm: tuple[CommEvent, ...]
-    input_layout: tuple[str, ...]  # placement of each external activation input
-    output_layout: tuple[str, ...]
-    objective_s: float
-    solve_s: float
-    num_variables: int
-
-    def collectives(self, direction: str = "fwd") -> list[str]:
-        return sorted(e.collective for e in self.comm if e.direction == direction)
 
 
 # ---- the ILP ----------------------------------------------------------------------------------
@@ -966,24 +604,3 @@ def _activation_fraction(dl: DecomposedLayer, chosen: dict, calls: list[fx.Node]
             total += b
             local += b / tp if isinstance(p, Shard) else b
     return local / total if total else 1.0
-
-
-_MESHES: dict[int, object] = {}
-
-
-def _mesh(tp: int):
-    """A 1-D device mesh of ``tp`` ranks for the strategy functions (a fake group if none)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
-
-    if tp in _MESHES:
-        return _MESHES[tp]
-    if not dist.is_initialized():
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1 << 16)
-    if tp > dist.get_world_size():
-        raise PlanError(f"tp={tp} is larger than the process group ({dist.get_world_size()} ranks)")
-    mesh = DeviceMesh("cpu", torch.arange(tp), _init_backend=False)
-    _MESHES[tp] = mesh
-    return mesh

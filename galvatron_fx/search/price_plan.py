@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
-from galvatron_fx.ir.placements import check_placements
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType, SPMode
+from galvatron_fx.passes.decompose_layer import check_placements, decompose_layer
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.assemble_plan import _assemble, _StageResult
 from galvatron_fx.search.candidates import OptionCache, SearchSpace, transition_s
-from galvatron_fx.search.intra_layer import decompose_layer, option_from_placements
+from galvatron_fx.search.intra_layer import option_from_placements
 from galvatron_fx.search.planner import _Search
 
 

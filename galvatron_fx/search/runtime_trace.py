@@ -45,7 +45,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from galvatron_fx.cluster import Collective
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
-from galvatron_fx.search.intra_layer import CommEvent, DecomposedLayer, LayerOption, decompose_layer
+from galvatron_fx.ir.layer_option import CommEvent, LayerOption
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def trace_layer(mg: ModelGraph, layer: LayerInfo, option: LayerOption | None, *,
 def _mesh(tp: int):
     from torch.distributed.device_mesh import DeviceMesh
 
-    from galvatron_fx.search.intra_layer import _mesh as stand_in
+    from galvatron_fx.search.node_strategies import _mesh as stand_in
 
     if tp not in _MESHES:
         stand_in(tp)  # the fake process group, if none yet

@@ -44,7 +44,8 @@ def _case(name: str, dp: int, tp: int, sp: str, world: int, prepared: dict) -> d
     from galvatron_fx import zoo
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.runtime.layer_exec import LayerExecutor
-    from galvatron_fx.search.intra_layer import decompose_layer, solve_intra_layer
+    from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.search.intra_layer import solve_intra_layer
 
     if name not in prepared:
         model, inputs = zoo.build(name, batch_size=B, seq_len=T, device="cpu", seed=0)

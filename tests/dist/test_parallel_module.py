@@ -84,7 +84,8 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp:
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.ir.plan import LayerPlan, LayerPrediction, ParallelPlan, PlanPrediction, graph_hash
     from galvatron_fx.ir.strategy import LayerStrategy
-    from galvatron_fx.search.intra_layer import decompose_layer, solve_intra_layer
+    from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.search.intra_layer import solve_intra_layer
 
     spec = spec if isinstance(spec, list) else [spec] * len(mg.layers)
     cm = AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))
@@ -239,19 +240,19 @@ def _hoisted_checks(pm, opt, batch, m) -> dict:
     hoisted collectives in flight, and a training step leaves none."""
     import torch
 
-    from galvatron_fx.runtime import layer_exec
+    from galvatron_fx.runtime import lowered
 
     graphs = pm.executors[-1].lowered.graphs
     res = {"hoisted": len(graphs.hoisted),
            "fw_all_reduces": graphs.fw.source.count("_all_reduce_"),
            "bw_all_reduces": graphs.bw.source.count("_all_reduce_")}
     xs = [x.chunk(m)[0] for x in batch]
-    for _ in range(layer_exec._MAX_IN_FLIGHT + 6):
+    for _ in range(lowered._MAX_IN_FLIGHT + 6):
         loss = pm(*xs)  # with grad, never backward
-    res["in_flight_after_forwards"] = len(layer_exec._IN_FLIGHT)
+    res["in_flight_after_forwards"] = len(lowered._IN_FLIGHT)
     del loss
     got = pm.train_step(batch, opt)
-    res["in_flight_after_step"] = len(layer_exec._IN_FLIGHT)
+    res["in_flight_after_step"] = len(lowered._IN_FLIGHT)
     res["step_loss_finite"] = bool(torch.isfinite(torch.tensor(got)))
     return res
 

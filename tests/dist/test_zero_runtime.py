@@ -47,7 +47,8 @@ def _plan(mg, world: int, spec, *, gbs: int, m: int, name: str):
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.ir.plan import LayerPlan, LayerPrediction, ParallelPlan, PlanPrediction, graph_hash
     from galvatron_fx.ir.strategy import LayerStrategy
-    from galvatron_fx.search.intra_layer import decompose_layer, solve_intra_layer
+    from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.search.intra_layer import solve_intra_layer
 
     spec = spec if isinstance(spec, list) else [spec] * len(mg.layers)
     assert len(spec) == len(mg.layers)

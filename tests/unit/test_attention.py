@@ -39,7 +39,7 @@ def test_t5_layers_decompose_to_one_biased_attention_node():
     hf_tiny = pytest.importorskip("hf_tiny")
     pytest.importorskip("transformers")
     import galvatron_fx as gfx
-    from galvatron_fx.search.intra_layer import decompose_layer
+    from galvatron_fx.passes.decompose_layer import decompose_layer
 
     model, batch = hf_tiny.build("t5")
     mg = gfx.capture(model, (), example_kwargs=batch)

@@ -19,7 +19,8 @@ from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.search.candidates import SearchSpace
-from galvatron_fx.search.intra_layer import decompose_layer, parse_placement
+from galvatron_fx.ir.placements import parse_placement
+from galvatron_fx.passes.decompose_layer import decompose_layer
 from galvatron_fx.search.price_plan import price_plan
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -85,7 +86,7 @@ def test_parse_placement_refuses_with_a_config_error():
 
 def test_shard_dim_beyond_the_tensor_rank_is_refused_against_the_graph(tiny, cpu2, tp2):
     node = _param_node(tp2)
-    from galvatron_fx.ir.placements import check_placements
+    from galvatron_fx.passes.decompose_layer import check_placements
 
     plan = ParallelPlan.from_json(_edit(tp2, ("layers", 1, "placements", node), "->S(9)"))  # syntax is fine
     with pytest.raises(ConfigError) as e:
@@ -111,7 +112,7 @@ def test_placement_for_the_wrong_number_of_inputs_is_refused(tiny, tp2):
 
 
 def test_searched_plans_pass_the_graph_check(tiny, cpu2, tp2):
-    from galvatron_fx.ir.placements import check_placements
+    from galvatron_fx.passes.decompose_layer import check_placements
 
     check_placements(tp2, tiny)
     sp = gfx.plan(tiny, cpu2, global_batch_size=4, baselines=False,

@@ -1,16 +1,13 @@
-"""The passes over a lowered layer's traced graphs (runtime.layer_exec), without processes."""
+"""The passes over a lowered layer's traced graphs (passes.clean_up_graphs,
+passes.hoist_saved_collectives) and their direct-call form (runtime.graph_code), without processes."""
 
 import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from galvatron_fx.runtime.layer_exec import (
-    HOIST_MAX_BYTES,
-    drop_identity_views,
-    drop_unused_ops,
-    graph_callable,
-    hoist_saved_all_reduces,
-)
+from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
+from galvatron_fx.passes.hoist_saved_collectives import HOIST_MAX_BYTES, hoist_saved_all_reduces
+from galvatron_fx.runtime.graph_code import graph_callable
 
 aten = torch.ops.aten
 funcol = torch.ops._c10d_functional
@@ -102,7 +99,7 @@ def test_all_reduces_that_must_stay_in_backward_are_kept():
 
 
 def test_hoisted_work_is_tracked_until_waited():
-    from galvatron_fx.runtime import layer_exec
+    from galvatron_fx.runtime import lowered
 
     class Work:
         def __init__(self):
@@ -111,15 +108,15 @@ def test_hoisted_work_is_tracked_until_waited():
         def wait(self):
             self.waited = True
 
-    layer_exec.wait_in_flight()
-    works = [layer_exec._launch(Work()) for _ in range(layer_exec._MAX_IN_FLIGHT + 3)]
-    assert len(layer_exec._IN_FLIGHT) == layer_exec._MAX_IN_FLIGHT
+    lowered.wait_in_flight()
+    works = [lowered._launch(Work()) for _ in range(lowered._MAX_IN_FLIGHT + 3)]
+    assert len(lowered._IN_FLIGHT) == lowered._MAX_IN_FLIGHT
     assert [w.waited for w in works[:4]] == [True, True, True, False]  # the oldest, beyond the bound
-    layer_exec._done(works[-1])  # a backward waited for it
-    assert works[-1] not in layer_exec._IN_FLIGHT
-    layer_exec._done(works[0])  # waited already: no error
-    layer_exec.wait_in_flight()
-    assert not layer_exec._IN_FLIGHT and all(w.waited for w in works[:-1])
+    lowered._done(works[-1])  # a backward waited for it
+    assert works[-1] not in lowered._IN_FLIGHT
+    lowered._done(works[0])  # waited already: no error
+    lowered.wait_in_flight()
+    assert not lowered._IN_FLIGHT and all(w.waited for w in works[:-1])
 
 
 def test_values_written_in_place_are_never_redistributed():

@@ -12,15 +12,9 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.search.intra_layer import (
-    NodeStrategy,
-    PlacementProblem,
-    _Value,
-    decompose_layer,
-    evaluate,
-    solve_intra_layer,
-    solve_placement,
-)
+from galvatron_fx.passes.decompose_layer import decompose_layer
+from galvatron_fx.search.intra_layer import PlacementProblem, _Value, evaluate, solve_intra_layer, solve_placement
+from galvatron_fx.search.node_strategies import NodeStrategy
 
 R, P = Replicate(), Partial()
 

@@ -15,7 +15,6 @@ PKG = Path(__file__).resolve().parents[2] / "galvatron_fx"
 # (importing file, imported module) pairs that break a rule today
 KNOWN = {
     ("runtime/parallel_module.py", "galvatron_fx.search.intra_layer"),
-    ("runtime/layer_exec.py", "galvatron_fx.search.intra_layer"),
     ("search/runtime_trace.py", "galvatron_fx.runtime.parallel_module"),
 }
 

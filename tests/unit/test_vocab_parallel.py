@@ -15,14 +15,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.search.intra_layer import (
-    _fmt,
-    decompose_layer,
-    node_strategies,
-    option_from_placements,
-    solve_intra_layer,
-)
-from galvatron_fx.search.intra_layer import _mesh
+from galvatron_fx.search.intra_layer import _fmt, option_from_placements, solve_intra_layer
+from galvatron_fx.search.node_strategies import _mesh, node_strategies
 
 import hf_tiny
 

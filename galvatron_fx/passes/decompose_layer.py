@@ -1,0 +1,137 @@
+"""decompose_layer — one layer's subgraph, re-traced into the ATen ops DTensor dispatches at run time.
+
+Contract: takes an annotated :class:`~galvatron_fx.ir.ModelGraph` and one of its layers;
+returns a :class:`DecomposedLayer`: a new ``GraphModule`` of the layer's forward as
+post-dispatch ATen ops (``addmm``, ``native_layer_norm``, ``view``, the attention kernel, …)
+with fake values in ``node.meta["val"]``, the role of each external input, and each node's
+forward FLOPs and bytes. The model's graph is not changed. This is a graph transformation the
+solver (:mod:`galvatron_fx.search.intra_layer`) and the runtime
+(:mod:`galvatron_fx.runtime.layer_exec`) call per layer kind; it is not run by the pass runner.
+
+Terms: an input's *role* is ``"param"`` (a parameter), ``"activation"`` (a floating value
+computed outside the layer that only this layer reads: the hidden state handed on, which
+follows the sequence-parallel layout) or ``"other"`` (a value many layers read, such as a
+rotary table or a mask, which stays replicated). A plan's placement strings name the nodes
+of this graph (:mod:`galvatron_fx.ir.placements`).
+
+Algorithm: ``make_fx`` on fake tensors of the captured shapes, the inputs requiring grad as
+in training (some ops dispatch to other kernels then); then each node is re-run on fake
+tensors under :class:`~galvatron_fx.passes.annotate_costs.CostCounter` for its FLOPs and
+bytes. :func:`check_placements` decomposes the layers of a plan and checks their placements.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.placements import check_layer_placements
+from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.plan import ParallelPlan
+
+__all__ = ["DecomposedLayer", "check_placements", "decompose_layer"]
+
+
+@dataclass
+class DecomposedLayer:
+    """The layer's forward as post-dispatch ATen ops, with per-node measured costs."""
+
+    gm: fx.GraphModule
+    inputs: list[fx.Node]  # placeholders, in the order of the layer's external inputs
+    input_roles: list[str]  # "param", "activation" (from another layer) or "other"
+    input_names: list[str]  # names of the original graph's external values
+    fwd_flops: dict[str, int] = field(default_factory=dict)
+    fwd_bytes: dict[str, int] = field(default_factory=dict)
+    strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
+
+
+def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
+    """Re-trace ``layer`` into the ATen ops DTensor dispatches at run time, on fake tensors."""
+    by_name = mg.nodes_by_name()
+    nodes = mg.layer_nodes(layer)
+    ext = mg.layer_inputs(layer)
+    param_nodes = {node for p in mg.params.values() if not p.is_buffer for node in p.nodes}
+    readers: dict[str, int] = defaultdict(int)
+    for other in mg.layers:
+        for name in other.input_names:
+            readers[name] += 1
+    # the hidden state handed from the previous layer follows the sequence-parallel layout;
+    # values many layers read (rotary tables, masks, an encoder output) stay replicated
+    roles = ["param" if a.name in param_nodes else
+             ("activation" if a.op != "placeholder" and _is_float(a) and readers[a.name] == 1 else "other")
+             for a in ext]
+    run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
+    grad = _requires_grad(mg)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        # inputs that require grad in training do here too: some ops dispatch to other kernels
+        # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
+        xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
+        gm = make_fx(run, tracing_mode="real")(*xs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext])
+    _measure_forward(dl)
+    return dl
+
+
+def _requires_grad(mg: ModelGraph) -> set[fx.Node]:
+    """The captured graph's nodes whose values require grad in training: trainable parameters
+    and the floating values computed from them."""
+    trainable = {node for p in mg.params.values() if p.requires_grad and not p.is_buffer for node in p.nodes}
+    out: set[fx.Node] = set()
+    for n in mg.gm.graph.nodes:
+        if n.op == "placeholder":
+            if n.name in trainable:
+                out.add(n)
+        elif _is_float(n) and any(a in out for a in n.all_input_nodes):
+            out.add(n)
+    return out
+
+
+def _is_float(n: fx.Node) -> bool:
+    v = n.meta.get("val")
+    return isinstance(v, torch.Tensor) and v.is_floating_point()
+
+
+def _fake(val) -> torch.Tensor:
+    shape = [int(s) for s in val.shape]
+    return torch.empty(shape, dtype=val.dtype, device="cpu")
+
+
+def _measure_forward(dl: DecomposedLayer) -> None:
+    """FLOPs and bytes of every decomposed node's forward kernel (fake tensors)."""
+    env: dict[fx.Node, object] = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for n in dl.gm.graph.nodes:
+            if n.op == "placeholder":
+                env[n] = _fake(n.meta["val"])
+            elif n.op == "call_function":
+                args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+                kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+                with CostCounter() as cc:
+                    env[n] = n.target(*args, **kwargs)
+                dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
+
+
+def check_placements(plan: ParallelPlan, mg: ModelGraph, *, decomposed: dict | None = None) -> None:
+    """:func:`~galvatron_fx.ir.placements.check_layer_placements` for every layer of ``plan``
+    that has placements and a layer of the same name in ``mg``; ``decomposed`` (layer kind →
+    decomposed layer) is used and filled so that a caller that decomposes the layers anyway pays
+    nothing twice."""
+    decomposed = {} if decomposed is None else decomposed
+    layers = {layer.name: layer for layer in mg.layers}
+    for lp in plan.layers:
+        layer = layers.get(lp.name)
+        if layer is None or not lp.placements:
+            continue
+        if layer.kind not in decomposed:
+            decomposed[layer.kind] = decompose_layer(mg, layer)
+        check_layer_placements(lp.name, lp.placements, decomposed[layer.kind].gm)

@@ -1,0 +1,120 @@
+"""Autograd functions that move a layer's values between layouts without a collective where the
+plan says so: a local ``R | S(d) -> P`` on tp (:func:`_to_partial`), a gradient summed or kept
+in its layout (:class:`_GradInLayout`), a local shard as a DTensor (:class:`_AsDTensor`).
+
+Terms: *storage* placement of a parameter — the plan's placeholder placement on tp, never
+``Partial`` (:func:`_storage`); see :mod:`galvatron_fx.runtime.layer_exec`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement
+
+R = Replicate()
+
+
+def _storage(p: Placement) -> Placement:
+    """A parameter is never stored partial: a planned ``P`` is stored replicated."""
+    return R if isinstance(p, Partial) else p
+
+
+def _to_partial(v: DTensor, mesh: DeviceMesh) -> DTensor:
+    """``(dp, R | S(d)) -> (dp, P)`` on the tp axis: a local step (DTensor's ``redistribute``
+    refuses targets that are ``Partial``). Rank 0 of the tp group keeps a replicated value, the
+    others hold zeros; a shard is zero-padded to its full extent. Backward: a replicated input
+    receives a partial gradient, a sharded input the slice of the (tp-replicated) gradient; the
+    gradient's dp placement is passed through as it comes (a dp-``Partial`` grad stays partial,
+    so FSDP can reduce-scatter it and DDP all-reduces it once, in ``sync_grads``)."""
+    return _ToPartial.apply(v, mesh)
+
+
+class _ToPartial(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, v: DTensor, mesh: DeviceMesh) -> DTensor:
+        dp_p, tp_p = v.placements
+        coord = mesh.get_local_rank("tp")
+        tp = mesh.size(1)
+        local = v._local_tensor
+        ctx.mesh, ctx.tp_p, ctx.coord, ctx.shape, ctx.stride = mesh, tp_p, coord, v.shape, v.stride()
+        if isinstance(tp_p, Replicate):
+            local = local if coord == 0 else torch.zeros_like(local)
+        else:
+            assert isinstance(tp_p, Shard), f"cannot make {v.placements} partial"
+            d = tp_p.dim
+            # (dp, tp) order: tp splits the dp-local block, so the padded extent is the dp-local one
+            chunk = local.shape[d]
+            dp_extent = v.shape[d] // mesh.size(0) if isinstance(dp_p, Shard) and dp_p.dim == d else v.shape[d]
+            assert chunk * tp == dp_extent, f"uneven tp shard of dim {d}: {tuple(v.shape)} on {v.placements}"
+            pad = [0, 0] * (local.ndim - 1 - d) + [coord * chunk, (tp - 1 - coord) * chunk]
+            local = torch.nn.functional.pad(local, pad)
+            ctx.chunk = chunk
+        return DTensor.from_local(local, mesh, (dp_p, Partial()), run_check=False, shape=v.shape, stride=v.stride())
+
+    @staticmethod
+    def backward(ctx, g: DTensor):
+        mesh, tp_p, coord = ctx.mesh, ctx.tp_p, ctx.coord
+        g_dp = g.placements[0]
+        if not isinstance(g.placements[1], Replicate):
+            g = g.redistribute(mesh, (g_dp, R))
+        local = g._local_tensor
+        if isinstance(tp_p, Replicate):
+            local, tp_g = (local if coord == 0 else torch.zeros_like(local)), Partial()
+        else:
+            local, tp_g = local.narrow(tp_p.dim, coord * ctx.chunk, ctx.chunk), tp_p
+        grad = DTensor.from_local(local.contiguous(), mesh, (g_dp, tp_g), run_check=False,
+                                  shape=ctx.shape, stride=ctx.stride)
+        return grad, None
+
+
+def _sum_grad_here(x: DTensor) -> DTensor:
+    """``x``, whose gradient is summed over tp where ``x`` is made (see :class:`_GradInLayout`)."""
+    if not x.requires_grad or x.placements[1].is_partial():
+        return x
+    return _GradInLayout.apply(x)
+
+
+class _GradInLayout(torch.autograd.Function):
+    """Identity on a layer's value; its gradient, when it arrives partial over tp, is brought to
+    the value's own tp placement: the partial sums of a value's gradient are reduced once, where
+    the value is made (Megatron's rule, and what the intra-layer ILP charges). Left alone, DTensor
+    carries a partial gradient on through the backward kernels before it, which costs more
+    collectives (a reduce-scatter and later gathers, and an all-reduce per replicated weight such
+    as a norm's)."""
+
+    @staticmethod
+    def forward(ctx, x: DTensor) -> DTensor:
+        ctx.mesh, ctx.tp = x.device_mesh, x.placements[1]
+        return DTensor.from_local(x._local_tensor, x.device_mesh, x.placements, run_check=False,
+                                  shape=x.shape, stride=x.stride())
+
+    @staticmethod
+    def backward(ctx, g: DTensor) -> DTensor:
+        if isinstance(g, DTensor) and g.placements[1].is_partial():
+            g = g.redistribute(ctx.mesh, (g.placements[0], ctx.tp))
+        return g
+
+
+class _AsDTensor(torch.autograd.Function):
+    """A local parameter shard read as its ``(Replicate, tp_p)`` DTensor. Backward returns a
+    plain local gradient in the storage layout whose *sum over dp* is the gradient: the tp
+    placement is redistributed to ``tp_p`` (a tp-``Partial`` grad under sequence parallelism is
+    all-reduced over tp here), and a dp-``Replicate`` or ``Partial(avg)`` grad is divided by dp
+    so that one all-reduce (sum) over dp finishes it."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, mesh: DeviceMesh, tp_p: Placement, shape, stride) -> DTensor:
+        ctx.mesh, ctx.tp_p = mesh, tp_p
+        return DTensor.from_local(local, mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
+
+    @staticmethod
+    def backward(ctx, g: DTensor):
+        dp_p, tp_g = g.placements
+        if tp_g != ctx.tp_p:
+            g = g.redistribute(ctx.mesh, (dp_p, ctx.tp_p))
+        local = g._local_tensor
+        if isinstance(dp_p, Replicate) or (isinstance(dp_p, Partial) and dp_p.reduce_op == "avg"):
+            local = local / ctx.mesh.size(0)
+        return local, None, None, None, None

@@ -1,0 +1,283 @@
+"""One layer run as traced graphs of plain local tensors (:class:`_Lowered`), the values that
+travel between such layers unwrapped (:class:`LocalValue`), and the hoisted all-reduces in
+flight between a forward and its backward (:func:`wait_in_flight`).
+
+Contract: :class:`_Lowered` wraps a :class:`~galvatron_fx.runtime.layer_exec.LayerExecutor`;
+at its first call AOTAutograd traces the executor's interpreter forward and backward into local
+ATen ops and functional collectives, the graphs are cleaned up
+(:mod:`galvatron_fx.passes.clean_up_graphs`), saved-value all-reduces hoisted
+(:mod:`galvatron_fx.passes.hoist_saved_collectives`) and turned into direct calls
+(:func:`~galvatron_fx.runtime.graph_code.graph_callable`); later calls run the graphs.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
+from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces
+from galvatron_fx.runtime.graph_code import graph_callable
+from galvatron_fx.runtime.layout_autograd import _AsDTensor
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LocalValue", "wait_in_flight"]
+
+
+_IN_FLIGHT: collections.deque = collections.deque()  # hoisted all-reduces not yet waited
+_MAX_IN_FLIGHT = 64
+
+
+def _launch(work):
+    """Track a hoisted all-reduce's ``work`` until its backward waits for it (:func:`_done`):
+    beyond ``_MAX_IN_FLIGHT`` the oldest are waited here (done long since: every rank launched
+    them), so that forwards with no backward never pile up collectives nobody waits for. A
+    training loop leaves none behind: no work object is left for interpreter shutdown to free."""
+    _IN_FLIGHT.append(work)
+    while len(_IN_FLIGHT) > _MAX_IN_FLIGHT:
+        _IN_FLIGHT.popleft().wait()
+    return work
+
+
+def wait_in_flight() -> None:
+    """Wait for every hoisted all-reduce still tracked: those of forwards that had no backward
+    (a training step's are waited by its backward). Every rank launched them, so this returns
+    at once; a module calls it before a new forward so that none is left for long."""
+    while _IN_FLIGHT:
+        _IN_FLIGHT.popleft().wait()
+
+
+def _done(work) -> None:
+    if work in _IN_FLIGHT:  # else waited already, as one of the oldest
+        _IN_FLIGHT.remove(work)
+
+
+class _GraphPair:
+    """A layer's traced forward and backward graphs and how to call them: the forward returns
+    the user outputs then the tensors saved for backward; the backward takes the saved tensors,
+    then one gradient per output that requires grad, and returns one gradient per input.
+    ``hoisted``: saved tensors all-reduced from forward to backward (:func:`hoist_saved_all_reduces`)."""
+
+    def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool]):
+        bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))  # AOTAutograd's runtime keeps the original
+        num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
+        self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoist_saved_all_reduces(bw, num_saved)]
+        self.fw, self.bw = graph_callable(fw), graph_callable(bw)
+        self.num_outputs = num_outputs
+        self.out_grad = out_grad
+        self.any_constant = not all(out_grad)
+
+    @classmethod
+    def make(cls, fw: fx.GraphModule, bw: fx.GraphModule, out_grad: list[bool]) -> _GraphPair | None:
+        """The pair, or None when the graphs do not have that simple form (input mutations,
+        outputs AOTAutograd regenerates, saved symbolic sizes): AOTAutograd's own runtime, which
+        handles every case, keeps running them."""
+        (fw_out,) = [n for n in fw.graph.nodes if n.op == "output"]
+        returned = len(fw_out.args[0])
+        ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
+        tangents = [n for n in ph if n.name.startswith("tangents")]
+        saved = ph[:len(ph) - len(tangents)]
+        simple = (ph[len(saved):] == tangents
+                  and all(isinstance(n.meta.get("val"), torch.Tensor) for n in saved)
+                  and returned - len(saved) == len(out_grad)
+                  and len(tangents) == sum(out_grad))
+        if not simple:
+            log.debug("lowered layer keeps AOTAutograd's runtime: %d returned, %d saved, %d tangents, %d outputs",
+                      returned, len(saved), len(tangents), len(out_grad))
+            return None
+        return cls(fw, bw, len(out_grad), out_grad)
+
+
+class _RunGraphs(torch.autograd.Function):
+    """A :class:`_GraphPair` as one autograd node, with none of AOTAutograd's runtime wrappers
+    (about 0.8 ms of Python per layer and backward on a CPU, more than the layer's small ops)."""
+
+    @staticmethod
+    def forward(ctx, graphs: _GraphPair, *args):
+        outs = graphs.fw(*args)
+        n = graphs.num_outputs
+        ctx.graphs = graphs
+        saved = outs[n:]
+        if graphs.hoisted:
+            # the reduced copies are kept on ctx: under activation checkpointing a recomputed
+            # forward's saved tensors replace the saved ones, while ctx keeps this forward's. The
+            # unreduced tensors stay saved, so that as many are saved as AOT's runtime saves.
+            ctx.hoisted, ctx.works = [], []
+            for i, op, group in graphs.hoisted:
+                t = saved[i].clone()  # reduced in place, while the forward goes on
+                ctx.works.append(_launch(dist.all_reduce(t, op=op, group=group, async_op=True)))
+                ctx.hoisted.append((i, t))
+        ctx.save_for_backward(*saved)
+        user = tuple(outs[:n])
+        if graphs.any_constant:
+            ctx.mark_non_differentiable(*(o for o, g in zip(user, graphs.out_grad) if not g))
+        return user
+
+    @classmethod
+    def run(cls, graphs: _GraphPair, args) -> tuple:
+        """``apply`` without ``autograd.Function``'s Python prologue, which walks every argument
+        (a layer's parameters and inputs) for dead functorch wrappers: there can be none outside
+        a functorch transform, and inside one the full ``apply`` runs."""
+        if torch._C._are_functorch_transforms_active():
+            return cls.apply(graphs, *args)
+        return super(torch.autograd.Function, cls).apply(graphs, *args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        graphs = ctx.graphs
+        saved = ctx.saved_tensors
+        if graphs.hoisted:
+            saved = list(saved)
+            for work in ctx.works:
+                work.wait()
+                _done(work)
+            ctx.works = ()
+            for i, t in ctx.hoisted:
+                saved[i] = t
+        # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)
+        tangents = [g.contiguous() for g, req in zip(grads, graphs.out_grad) if req]
+        return (None, *graphs.bw(*saved, *tangents))
+
+
+class _Lowered:
+    """One layer as a traced graph of plain local tensors.
+
+    AOTAutograd traces :meth:`LayerExecutor._interpret` forward and backward once (at the first
+    call, from real inputs) into local ATen ops and functional collectives: DTensor's
+    propagation and redistribution happen at trace time, so a step pays plain eager ops, as
+    hand-written code does. The traced function takes and returns *local* tensors only: inside,
+    inputs are wrapped with ``DTensor.from_local`` in the layouts recorded at the first call and
+    outputs unwrapped with ``to_local``; parameters come in as local shards (:class:`_AsDTensor`
+    inside, so their gradients leave as dp-partial local sums). Outside, the executor unwraps its
+    DTensor inputs and rewraps the outputs in the recorded layouts (one autograd node each, whose
+    backward moves an incoming gradient to that layout). Inputs whose layouts differ from the
+    recorded ones are refused (the interpreter handles any layout).
+    """
+
+    def __init__(self, ex: LayerExecutor):
+        from functorch.compile import aot_function, make_boxed_func
+
+        self.mesh = ex.mesh
+        self.in_specs: list | None = None   # (placements, shape, stride) per input
+        self.out_specs: list | None = None  # per flat output: (placements, shape, stride) | None
+        self.out_tree = None
+        self.out_consts: dict[int, object] = {}  # flat output index -> a non-tensor output
+        keys = list(ex.params)
+        n = len(keys)
+
+        def traced(*flat):
+            xs = [DTensor.from_local(x, self.mesh, pl, run_check=False, shape=sh, stride=st)
+                  for x, (pl, sh, st) in zip(flat[n:], self.in_specs)]
+            outs = ex._interpret(xs, dict(zip(keys, flat[:n])))
+            leaves, self.out_tree = tree_flatten(outs)
+            self.out_specs, self.out_consts, ret = [], {}, []
+            for i, o in enumerate(leaves):
+                if isinstance(o, DTensor):
+                    self.out_specs.append((tuple(o.placements), o.shape, o.stride()))
+                    ret.append(o.to_local())
+                elif isinstance(o, torch.Tensor):
+                    self.out_specs.append(None)
+                    ret.append(o)
+                else:
+                    self.out_consts[i] = o
+            return tuple(ret)
+
+        def compiler(slot: str | None):
+            def run_eagerly(gm, _example_inputs):
+                drop_unused_ops(gm)
+                if slot is not None and drop_identity_views(gm):  # graphs this module runs itself
+                    drop_unused_ops(gm)
+                if slot is not None:
+                    self._graphs[slot] = gm
+                return make_boxed_func(gm.forward)
+            return run_eagerly
+
+        # AOTAutograd keeps the first trace: one for training, one for no-grad calls
+        self._graphs: dict[str, fx.GraphModule] = {}
+        self.fn = {True: aot_function(traced, compiler("fw"), compiler("bw")),
+                   False: aot_function(traced, compiler(None), compiler(None))}
+        self.graphs: _GraphPair | None = None  # the training graphs, run without AOT's wrappers
+        self._out_grad: list[bool] | None = None  # which outputs of a training call require grad
+
+    def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False):
+        """Run on ``xs``: DTensors, or plain local tensors already in the recorded layout of
+        their position (:class:`LocalValue` handed on by the caller, which checked
+        :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no
+        ``from_local``; the next lowered layer takes the local tensor as it is)."""
+        specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
+        if self.in_specs is None:
+            if None in specs:
+                raise ValueError("a lowered layer's first call takes DTensors (it records their layouts)")
+            self.in_specs = specs
+        elif any(s is not None and s != want for s, want in zip(specs, self.in_specs)):
+            raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
+        args = (*ex.local_params(), *(x.to_local() if isinstance(x, DTensor) else x for x in xs))
+        if not torch.is_grad_enabled():
+            flat = self.fn[False](*args)
+        elif self.graphs is not None:
+            flat = _RunGraphs.run(self.graphs, args)
+        else:
+            flat = self.fn[True](*args)
+            self._out_grad = [t.requires_grad for t in flat]
+            if "bw" in self._graphs:  # AOT compiles the backward at the first backward
+                self.graphs = _GraphPair.make(self._graphs["fw"], self._graphs["bw"], self._out_grad)
+        if unwrapped and not self.out_consts:
+            return tuple(flat)  # the layer's outputs, flat (see rewrap)
+        it = iter(zip(flat, self.out_specs))
+        leaves = []
+        for i in range(len(flat) + len(self.out_consts)):
+            if i in self.out_consts:
+                leaves.append(self.out_consts[i])
+                continue
+            t, spec = next(it)
+            if spec is None or unwrapped:
+                leaves.append(t)
+            else:
+                leaves.append(DTensor.from_local(t, self.mesh, spec[0], run_check=False, shape=spec[1],
+                                                 stride=spec[2]))
+        return tree_unflatten(leaves, self.out_tree)
+
+    def rewrap(self, outs):
+        """Outputs of an ``unwrapped`` call with their DTensor leaves as :class:`LocalValue`."""
+        if isinstance(outs, tuple) and len(outs) == len(self.out_specs) and not self.out_consts:  # flat
+            return [t if spec is None else LocalValue(t, self.mesh, *spec) for t, spec in zip(outs, self.out_specs)]
+        leaves, tree = tree_flatten(outs)
+        it = iter(self.out_specs)
+        for i, t in enumerate(leaves):
+            if i not in self.out_consts:
+                spec = next(it)
+                if spec is not None:
+                    leaves[i] = LocalValue(t, self.mesh, *spec)
+        return tree_unflatten(leaves, tree)
+
+    def accepts(self, i: int, v: LocalValue) -> bool:
+        """Whether input ``i`` may be ``v``'s local tensor as it is (same mesh and layout as
+        recorded at the trace)."""
+        return self.in_specs is not None and v.mesh is self.mesh and \
+            self.in_specs[i] == (v.placements, v.shape, v.stride)
+
+
+class LocalValue:
+    """A DTensor not yet wrapped: its local tensor and layout. Lowered layers hand their outputs
+    on as these, so that a value passing between two lowered layers in the same layout costs no
+    ``from_local``/``to_local`` pair (two autograd nodes and two DTensors per value, each way);
+    :meth:`dtensor` wraps it where a DTensor is needed."""
+
+    __slots__ = ("local", "mesh", "placements", "shape", "stride")
+
+    def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, stride):
+        self.local, self.mesh, self.placements, self.shape, self.stride = local, mesh, placements, shape, stride
+
+    def dtensor(self) -> DTensor:
+        return DTensor.from_local(self.local, self.mesh, self.placements, run_check=False, shape=self.shape,
+                                  stride=self.stride)
