@@ -56,7 +56,8 @@ CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS],
          + [(f, "mixed") for f in ("gpt2", "bert", "opt")] + [(f, "tp4") for f in ("llama", "qwen2")]}
 
 
-BACKEND_FAMILIES = ("gpt2", "llama", "t5", "vit")
+BUDGET_FAMILIES = ("gpt2",)  # (tied embedding and head; llama's run took 10 s)
+BACKEND_FAMILIES = ("gpt2", "llama", "vit")  # (t5: compile() searches it at world 2; its backend run, 13 s)
 
 
 def _adamw(params):
@@ -387,7 +388,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     if world == 2:
         jobs += [(f"{f}/dp2-ignored", (lambda f=f: _ignored_dp_case(f, world, cache))) for f in ("gpt2", "bert", "t5")]
         jobs.append(("gpt2/loss_fn-vocab", lambda: _loss_fn_case("gpt2", world, vocab=True)))
-        jobs += [(f"{f}/tp2-budget", (lambda f=f: _budget_case(f, world))) for f in ("gpt2", "llama")]
+        jobs += [(f"{f}/tp2-budget", (lambda f=f: _budget_case(f, world))) for f in BUDGET_FAMILIES]
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in hf_tiny.FAMILIES]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
@@ -455,7 +456,7 @@ def test_hf_mean_loss_over_dp_counts_every_rank_s_targets(results2, family):
     _check(assert_ok(results2, f"{family}/dp2-ignored"))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", BUDGET_FAMILIES)
 def test_a_budget_that_forces_weight_sharding_trains_like_one_process(results2, family):
     res = assert_ok(results2, f"{family}/tp2-budget")
     _check(res)
