@@ -6,7 +6,7 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import (CaptureError, ConfigError, GalvatronError, PlanError, PrecisionError,
                                  RankFailureError, UnsupportedModelError)
 from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
-from galvatron_fx.runtime.api import compile
+from galvatron_fx.api import compile
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.planner import plan
 from galvatron_fx import backend  # registers torch.compile(..., backend="galvatron_fx")

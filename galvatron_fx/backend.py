@@ -85,7 +85,7 @@ from galvatron_fx.errors import CaptureError, ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType
 from galvatron_fx.search.candidates import SearchSpace
-from galvatron_fx.runtime.api import plan_on_rank0
+from galvatron_fx.api import plan_on_rank0
 
 if TYPE_CHECKING:
     from galvatron_fx.runtime.parallel_module import ParallelModule
@@ -393,7 +393,7 @@ class _Parallel:
 
     def _build(self, args) -> None:
         from galvatron_fx.capture import capture
-        from galvatron_fx.runtime.api import check_same_plan
+        from galvatron_fx.api import check_same_plan
         from galvatron_fx.runtime.parallel_module import ParallelModule
 
         world, rank = dist.get_world_size(), dist.get_rank()

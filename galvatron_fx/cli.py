@@ -16,6 +16,7 @@ _COMMANDS: dict[str, str] = {
     "inspect": "galvatron_fx.inspect",
     "profile": "galvatron_fx.profiler.hardware",
     "plan": "galvatron_fx.search.cli",
+    "lower": "galvatron_fx.lower_cli",
 }
 
 

@@ -19,9 +19,10 @@ Parts of :class:`AnalyticCostModel`:
   compute where it fits (``overlapped_s``), as FSDP2's prefetching on CUDA streams does.
 
 A cost model may set ``traces_runtime = True``: the search then prices tensor-parallel layers by
-the runtime's own collectives and saved activations, measured on fake tensors
-(:mod:`galvatron_fx.search.runtime_trace`), instead of the intra-layer ILP's estimate (a second
-or so per layer kind and degree; the CPU runtime model does, where the difference is large).
+the collectives and saved activations of their lowered program, read off its graphs on fake
+tensors (:mod:`galvatron_fx.search.lowered_prices`), instead of the intra-layer ILP's estimate
+(about half a second per layer kind and option; the CPU runtime model does, where the difference
+is large).
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ Algorithm
    the optimizer step at the measured per-element and per-tensor seconds, stretched by ``s``;
    pipelines simulated at the unstretched speed (a rank waiting in a bubble frees its core) and
    never shorter than the busiest rank's stretched work, ``max(simulated(stages / s), m · Σ its
-   chunks' costs)``. Tensor-parallel layers are priced by the runtime's own collectives and
-   saved activations (``traces_runtime``: :mod:`galvatron_fx.search.runtime_trace`): gloo has
+   chunks' costs)``. Tensor-parallel layers are priced by their lowered program's collectives and
+   saved activations (``traces_runtime``: :mod:`galvatron_fx.search.lowered_prices`): gloo has
    no reduce-scatter of its own (it all-reduces) and pays milliseconds per small collective, so
    the ILP's one-all-reduce-per-gradient rule is far off here; each of those collectives at its
    seconds times the tensor-parallel factor.

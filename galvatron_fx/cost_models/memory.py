@@ -138,7 +138,7 @@ def layer_memory(
     module doc) and make the FSDP padding exact; without them the count is ``costs.num_params``
     and the shard ``numel / dp``. ``tp_shard`` is required when ``strategy.tp > 1``.
     ``backward_temp_bytes``: the measured transient of the layer's backward on one rank at the
-    captured batch (:mod:`galvatron_fx.search.runtime_trace`), scaled like the activations.
+    captured batch (:mod:`galvatron_fx.search.lowered_prices`), scaled like the activations.
     """
     if dp < 1:
         raise ValueError(f"dp must be >= 1, got {dp}")

@@ -21,14 +21,21 @@ one looks like:
   inputs and outputs of the node, every shard dim below the rank of its tensor);
   :func:`galvatron_fx.passes.decompose_layer.check_placements` decomposes and checks a whole
   plan. Node names the graph does not
-  have are left alone: the runtime re-solves a layer whose plan misses its nodes (another torch
-  version names them differently).
+  have are left alone: the lowering completes a layer whose graph adds casts the plan's does not
+  name, and ``compile()`` re-solves one whose plan misses other nodes (another torch version names
+  them differently).
+
+:class:`NodePlacement` is the typed record of one string (its inputs' and outputs' DTensor
+placements); :meth:`NodePlacement.parse` reads each distinct string once, and a plan's layers
+hold their records parsed when the plan is built or loaded (``LayerPlan.node_placements``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
@@ -69,6 +76,29 @@ def parse_placement(s: str) -> Placement:
     if placement_problem(f"->{s}") is None and s.startswith("S("):
         return Shard(int(s[2:-1]))
     raise ConfigError(f"not a placement: {s!r} (use R, P or S(d), d a tensor dim)")
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """One node's placements on the tp mesh axis: each tensor input's, then each output's (None:
+    an output that is not a tensor). ``str()`` writes the plan's string back."""
+
+    inputs: tuple[Placement, ...]
+    outputs: tuple[Placement | None, ...]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def parse(s: str) -> NodePlacement:
+        """The record of placement string ``s`` (checked: a ``ConfigError`` names what is wrong)."""
+        problem = placement_problem(s)
+        if problem is not None:
+            raise ConfigError(f"placement {s!r}: {problem}; {PLACEMENT_HELP}")
+        ins, outs = split_placement(s)
+        return NodePlacement(tuple(parse_placement(p) for p in ins),
+                             tuple(None if p == "-" else parse_placement(p) for p in outs))
+
+    def __str__(self) -> str:
+        return ",".join(pstr(p) for p in self.inputs) + "->" + ",".join(pstr(p) for p in self.outputs)
 
 
 def split_placement(s: str) -> tuple[list[str], list[str]]:

@@ -18,9 +18,12 @@ Units
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 
 from galvatron_fx.ir.graph import LayerRole
+from galvatron_fx.ir.placements import NodePlacement
 from galvatron_fx.ir.strategy import LayerStrategy
 
 __all__ = ["Alternative", "LayerPlan", "LayerPrediction", "PlanPrediction"]
@@ -82,16 +85,28 @@ class LayerPlan:
     placements: dict[str, str] = field(default_factory=dict)
     predicted: LayerPrediction
     alternatives: tuple[Alternative, ...] = ()
+    # the collectives the search priced, per micro-batch: {"phase": "fwd" | "bwd" | "step", "op",
+    # "group_size", "bytes"} ("step": once per step, in the stage's gradient buckets)
+    collectives: tuple[dict, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", LayerRole(self.role))
         object.__setattr__(self, "placements", dict(self.placements))
         object.__setattr__(self, "alternatives", tuple(self.alternatives))
+        object.__setattr__(self, "collectives", tuple(dict(c) for c in self.collectives))
+
+    @functools.cached_property
+    def node_placements(self) -> dict[str, NodePlacement]:
+        """``placements`` as typed records (each distinct string parsed once)."""
+        return {n: NodePlacement.parse(s) for n, s in self.placements.items()}
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "role": str(self.role), "stage": self.stage,
-                "dp": self.dp, "strategy": self.strategy.to_dict(), "placements": dict(self.placements),
-                "predicted": self.predicted.to_dict(), "alternatives": [a.to_dict() for a in self.alternatives]}
+        d = {"name": self.name, "kind": self.kind, "role": str(self.role), "stage": self.stage,
+             "dp": self.dp, "strategy": self.strategy.to_dict(), "placements": dict(self.placements),
+             "predicted": self.predicted.to_dict(), "alternatives": [a.to_dict() for a in self.alternatives]}
+        if self.collectives:
+            d["collectives"] = [dict(c) for c in self.collectives]
+        return d
 
 
 @dataclass(frozen=True, kw_only=True)

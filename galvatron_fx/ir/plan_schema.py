@@ -336,8 +336,16 @@ def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
     )
 
 
+def _parse_collective(v: Any, at: str) -> dict:
+    d = _obj(v, at, ("phase", "op", "group_size", "bytes"))
+    return {"phase": _str(d["phase"], f"{at}.phase", ("fwd", "bwd", "step")),
+            "op": _str(d["op"], f"{at}.op", ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
+            "group_size": _int(d["group_size"], f"{at}.group_size", rng=limits.DEGREE),
+            "bytes": _int(d["bytes"], f"{at}.bytes", lo=0, rng=limits.BYTES)}
+
+
 def _parse_layer(v: Any, at: str) -> LayerPlan:
-    d = _obj(v, at, _LAYER_KEYS)
+    d = _obj(v, at, _LAYER_KEYS, optional=("collectives",))
     alts = []
     for j, a in enumerate(_list(d["alternatives"], f"{at}.alternatives")):
         aat = f"{at}.alternatives[{j}]"
@@ -354,6 +362,8 @@ def _parse_layer(v: Any, at: str) -> LayerPlan:
         placements=_dict_of(d["placements"], f"{at}.placements", _str),
         predicted=_parse_layer_prediction(d["predicted"], f"{at}.predicted"),
         alternatives=tuple(alts),
+        collectives=tuple(_parse_collective(c, f"{at}.collectives[{j}]")
+                          for j, c in enumerate(_list(d.get("collectives", []), f"{at}.collectives"))),
     )
 
 

@@ -1,9 +1,10 @@
 """Clean up a layer's lowered graphs: drop the ops nothing reads, and the views that change nothing.
 
 Contract: ``gm`` is a functional ATen graph (AOTAutograd's forward or backward of one layer,
-see :mod:`galvatron_fx.runtime.lowered`); each function edits it in place, lints and recompiles
+see :mod:`galvatron_fx.passes.partition_graphs`); each function edits it in place, lints and recompiles
 it when it changed something, and returns how many nodes it removed. Collectives and mutating
-ops are never removed. Run :func:`drop_identity_views` before :func:`drop_unused_ops`.
+ops are never removed. Run :func:`drop_identity_views` before :func:`drop_unused_ops`. :func:`clean_up_graphs_pass`
+runs both on a lowered layer's forward and backward.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from galvatron_fx.passes.runner import PassContext, graph_pass
+
 aten = torch.ops.aten
 
-__all__ = ["drop_identity_views", "drop_unused_ops", "recompiled"]
+__all__ = ["clean_up_graphs_pass", "drop_identity_views", "drop_unused_ops", "recompiled"]
 
 
 def recompiled(gm: fx.GraphModule, changed: int) -> int:
@@ -68,3 +71,19 @@ def drop_identity_views(gm: fx.GraphModule) -> int:
             gm.graph.erase_node(n)
             removed += 1
     return recompiled(gm, removed)
+
+
+@graph_pass(requires=("partitioned",), produces=("cleaned",))
+def clean_up_graphs_pass(prog, ctx: PassContext):
+    """Both graphs of a lowered layer (:class:`~galvatron_fx.ir.program.LayerGraphs`) without
+    identity views and dead ops; its collectives (:func:`~galvatron_fx.ir.program.collectives_of`)
+    recorded as the program issues them."""
+    from galvatron_fx.ir.program import collectives_of
+
+    for gm in (prog.fw, prog.bw):
+        drop_unused_ops(gm)
+        if drop_identity_views(gm):
+            drop_unused_ops(gm)
+    prog.fw_collectives = collectives_of(prog.fw, "fwd")
+    prog.bw_collectives = collectives_of(prog.bw, "bwd")
+    return prog

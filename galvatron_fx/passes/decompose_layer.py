@@ -38,7 +38,7 @@ from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
 
-__all__ = ["DecomposedLayer", "check_placements", "decompose_layer"]
+__all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "param_values"]
 
 
 @dataclass
@@ -49,6 +49,7 @@ class DecomposedLayer:
     inputs: list[fx.Node]  # placeholders, in the order of the layer's external inputs
     input_roles: list[str]  # "param", "activation" (from another layer) or "other"
     input_names: list[str]  # names of the original graph's external values
+    input_grads: list[bool] = field(default_factory=list)  # which of them require grad in training
     fwd_flops: dict[str, int] = field(default_factory=dict)
     fwd_bytes: dict[str, int] = field(default_factory=dict)
     strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
@@ -77,7 +78,8 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
         xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
         gm = make_fx(run, tracing_mode="real")(*xs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext])
+    dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext],
+                         input_grads=[a in grad for a in ext])
     _measure_forward(dl)
     return dl
 
@@ -119,6 +121,17 @@ def _measure_forward(dl: DecomposedLayer) -> None:
                 with CostCounter() as cc:
                     env[n] = n.target(*args, **kwargs)
                 dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
+
+
+def param_values(dl: DecomposedLayer) -> set[str]:
+    """Names of the decomposed layer's nodes computed from parameters and factories alone (the
+    parameters and their views, transposes, casts; positions from ``arange`` and what a position
+    embedding looks up with them): their bytes do not grow with the batch."""
+    out = {ph.name for ph, r in zip(dl.inputs, dl.input_roles) if r == "param"}
+    for n in dl.gm.graph.nodes:
+        if n.op == "call_function" and all(a.name in out for a in n.all_input_nodes):
+            out.add(n.name)
+    return out
 
 
 def check_placements(plan: ParallelPlan, mg: ModelGraph, *, decomposed: dict | None = None) -> None:

@@ -1,9 +1,11 @@
 """Hoist the all-reduces of small saved tensors out of a layer's backward graph, so that they
 run from forward (see :func:`hoist_saved_all_reduces`).
 
-Contract: edits a backward graph in place and returns what it took out; the caller
+Contract: edits a backward graph in place and returns what it took out; the runtime
 (:class:`galvatron_fx.runtime.lowered._RunGraphs`) launches those all-reduces after the forward
-and waits for them at the start of backward.
+and waits for them at the start of backward. :func:`hoist_saved_collectives_pass` does this to
+a lowered layer (:class:`~galvatron_fx.ir.program.LayerGraphs`) whose graphs have the simple
+form the runtime runs (:func:`simple_form`), and records what it hoisted in ``hoisted``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import torch.distributed as dist
 import torch.fx as fx
 
 from galvatron_fx.passes.clean_up_graphs import recompiled
+from galvatron_fx.passes.runner import PassContext, graph_pass
 
-__all__ = ["HOIST_MAX_BYTES", "hoist_saved_all_reduces"]
+__all__ = ["HOIST_MAX_BYTES", "hoist_saved_all_reduces", "hoist_saved_collectives_pass", "simple_form"]
 
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
@@ -54,3 +57,29 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
         hoisted.append((index[src], _REDUCE_OPS[op], group))
     recompiled(bw, len(hoisted))
     return hoisted
+
+
+def simple_form(fw: fx.GraphModule, bw: fx.GraphModule, out_grad: list[bool]) -> bool:
+    """Whether a layer's graphs have the form the runtime calls directly: the forward returns
+    the outputs then the saved tensors, the backward takes the saved tensors then one tangent
+    per output that requires grad (no input mutations, no outputs AOTAutograd regenerates, no
+    saved symbolic sizes)."""
+    (fw_out,) = [n for n in fw.graph.nodes if n.op == "output"]
+    returned = len(fw_out.args[0])
+    ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    tangents = [n for n in ph if n.name.startswith("tangents")]
+    saved = ph[:len(ph) - len(tangents)]
+    return (ph[len(saved):] == tangents
+            and all(isinstance(n.meta.get("val"), torch.Tensor) for n in saved)
+            and returned - len(saved) == len(out_grad)
+            and len(tangents) == sum(out_grad))
+
+
+@graph_pass(requires=("cleaned",), produces=("hoisted",))
+def hoist_saved_collectives_pass(prog, ctx: PassContext):
+    out_grad = prog.trace.out_grad
+    prog.simple = simple_form(prog.fw, prog.bw, out_grad)
+    if prog.simple:
+        num_saved = sum(1 for n in prog.bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
+        prog.hoisted = hoist_saved_all_reduces(prog.bw, num_saved)
+    return prog

@@ -4,7 +4,10 @@ A pass is a plain function ``(gm, ctx) -> gm`` declared with :func:`graph_pass`,
 its contract as data: ``requires`` (facts that must already exist in ``ctx.produced``) and
 ``produces`` (facts it adds). The runner refuses to run a pass whose requirements are not met,
 so passes cannot be run in an order that silently breaks, and with ``ctx.dump_dir`` set it
-writes the graph before and after every pass.
+writes the graph before and after every pass. What a pass takes and returns is an
+``fx.GraphModule`` or an object holding several (the lowering's
+:class:`~galvatron_fx.ir.program.LayerGraphs`, whose ``graphs()`` names them): each is linted,
+recompiled and dumped (``<nn>_<pass>_<before|after>.<graph>.txt``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class PassContext:
     """
 
     graph: Any = None  # galvatron_fx.ir.ModelGraph
+    mesh: Any = None  # the (dp, tp) DeviceMesh a lowering pass lays a layer out on
     config: Any = None
     cluster: Any = None
     plan: Any = None
@@ -68,18 +72,21 @@ def run_pass(fn: PassFn, gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule
             f"pass {name} needs {sorted(missing)} but only {sorted(ctx.produced)} exist: "
             f"run the passes that produce them first"
         )
+    step = len(ctx.timings_s)
     if ctx.dump_dir is not None:
-        _dump(gm, ctx.dump_dir, f"{len(ctx.timings_s):02d}_{name}_before.txt")
+        _dump_all(gm, ctx.dump_dir, f"{step:02d}_{name}_before")
     t0 = time.perf_counter()
     out = fn(gm, ctx)
-    assert isinstance(out, fx.GraphModule), f"pass {name} returned {type(out).__name__}"
-    out.graph.lint()
-    out.recompile()
+    graphs = _graphs(out)
+    assert graphs is not None, f"pass {name} returned {type(out).__name__}"
+    for g in graphs.values():
+        g.graph.lint()
+        g.recompile()
     ctx.timings_s[name] = time.perf_counter() - t0
     ctx.produced |= set(getattr(fn, "produces", ()))
     log.info("pass %s: %.3f s", name, ctx.timings_s[name])
     if ctx.dump_dir is not None:
-        _dump(out, ctx.dump_dir, f"{len(ctx.timings_s) - 1:02d}_{name}_after.txt")
+        _dump_all(out, ctx.dump_dir, f"{step:02d}_{name}_after")
     return out
 
 
@@ -88,6 +95,18 @@ def run_passes(passes: Iterable[PassFn], gm: fx.GraphModule, ctx: PassContext) -
     for fn in passes:
         gm = run_pass(fn, gm, ctx)
     return gm
+
+
+def _graphs(obj) -> dict[str, fx.GraphModule] | None:
+    if isinstance(obj, fx.GraphModule):
+        return {"": obj}
+    fn = getattr(obj, "graphs", None)
+    return fn() if callable(fn) else None
+
+
+def _dump_all(obj, directory: Path, stem: str) -> None:
+    for gname, g in (_graphs(obj) or {}).items():
+        _dump(g, directory, f"{stem}.{gname}.txt" if gname else f"{stem}.txt")
 
 
 def _dump(gm: fx.GraphModule, directory: Path, filename: str) -> None:

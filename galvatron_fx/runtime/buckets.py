@@ -5,7 +5,8 @@ one ``all_reduce`` per tensor would, in at most ``ceil(total bytes / bucket_byte
 per dtype (a tensor larger than a bucket goes alone). Buckets fill in the given order, so callers
 that pass tensors in the order backward produces them get buckets that are ready together.
 
-This is the "fuse small communications" pass for what neither FSDP2 (which already coalesces a
+The buckets are those :func:`~galvatron_fx.passes.bucket_gradients.plan_buckets` makes (the
+lowering's ``bucket_gradients`` pass names them in the program). This fuses the communication of what neither FSDP2 (which already coalesces a
 layer's reduce-scatter) nor the per-layer DTensor graph buckets: the data-parallel gradient sums
 of plain (DDP-flavour) parameters, which the runtime collects across *all* layers that share a
 data-parallel group (:meth:`ParallelModule.sync_grads`). Every bucket is launched before the
@@ -19,35 +20,9 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from galvatron_fx.passes.bucket_gradients import DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES, plan_buckets
+
 __all__ = ["DEFAULT_BUCKET_BYTES", "GradBucketer", "all_reduce_coalesced", "plan_buckets"]
-
-DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
-FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
-
-
-def plan_buckets(tensors: Sequence[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 first_bucket_bytes: int | None = None) -> list[list[int]]:
-    """Indices of ``tensors`` grouped into buckets: same dtype, in order, at most
-    ``bucket_bytes`` each (a larger tensor is a bucket of its own); the first bucket of each
-    dtype holds at most ``first_bucket_bytes`` (default ``bucket_bytes``), so that the first
-    collective starts early in backward."""
-    if bucket_bytes <= 0 or (first_bucket_bytes is not None and first_bucket_bytes <= 0):
-        raise ValueError(f"bucket sizes must be positive, got {bucket_bytes}, {first_bucket_bytes}")
-    open_: dict[torch.dtype, tuple[list[int], int]] = {}
-    started: set[torch.dtype] = set()
-    out: list[list[int]] = []
-    for i, t in enumerate(tensors):
-        nbytes = t.numel() * t.element_size()
-        idx, size = open_.get(t.dtype, ([], 0))
-        cap = bucket_bytes if t.dtype in started or first_bucket_bytes is None else first_bucket_bytes
-        if idx and size + nbytes > cap:
-            out.append(idx)
-            started.add(t.dtype)
-            idx, size = [], 0
-        idx.append(i)
-        open_[t.dtype] = (idx, size + nbytes)
-    out.extend(idx for idx, _ in open_.values() if idx)
-    return out
 
 
 @torch.no_grad()

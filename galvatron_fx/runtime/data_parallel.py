@@ -62,15 +62,16 @@ class DataParallelMixin:
     """FSDP sharding, tied weights and the gradient sync of a ``ParallelModule`` (see module doc)."""
 
     # ---- sharding and tied weights --------------------------------------------------------------
-    def _shard_all(self, last_with_params: int) -> None:
+    def _shard_all(self) -> None:
         """ZeRO-2/3 (``dp > 1``): FSDP2 over each layer's dp axis, summing (not averaging) grads.
 
         A *unit* is what one ``fully_shard`` call covers: one layer, or the layers that read one
         tied weight when all are sharded alike (same mesh, same stored layout of the weight, ZeRO
         on each); those share a single parameter (its gradient sums both uses in autograd) and
         gather it once, as FSDP's root does for a model's embedding and head. ZeRO-3 reshards after
-        forward, except the unit of the last layer with parameters, whose backward follows at once
-        (FSDP2's own advice; the memory model charges a gathered layer anyway). Every unit then
+        forward (and gathers again for backward), ZeRO-2 keeps the gathered parameters until the
+        backward, as the plan priced each layer (a last layer, whose backward follows at once, is
+        ZeRO-2 where the search found that cheaper). Every unit then
         joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
         context: a gather is prefetched during the backward of the unit after it."""
         layers = dict(zip(self.layer_ids, self.executors))
@@ -108,7 +109,7 @@ class DataParallelMixin:
             # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
             mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
                 if ex.compute_dtype is not None else MixedPrecisionPolicy()
-            reshard = all(dp_type[i] == "zero3" for i in members) and last_with_params not in members
+            reshard = all(dp_type[i] == "zero3" for i in members)
             if ex.mesh.size(1) == 1:
                 # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
                 # tensors the layer graph reads as they are (no DTensor per parameter and step)

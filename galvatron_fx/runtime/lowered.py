@@ -2,12 +2,16 @@
 travel between such layers unwrapped (:class:`LocalValue`), and the hoisted all-reduces in
 flight between a forward and its backward (:func:`wait_in_flight`).
 
-Contract: :class:`_Lowered` wraps a :class:`~galvatron_fx.runtime.layer_exec.LayerExecutor`;
-at its first call AOTAutograd traces the executor's interpreter forward and backward into local
-ATen ops and functional collectives, the graphs are cleaned up
-(:mod:`galvatron_fx.passes.clean_up_graphs`), saved-value all-reduces hoisted
-(:mod:`galvatron_fx.passes.hoist_saved_collectives`) and turned into direct calls
-(:func:`~galvatron_fx.runtime.graph_code.graph_callable`); later calls run the graphs.
+Contract: :class:`_Lowered` wraps a :class:`~galvatron_fx.runtime.layer_exec.LayerExecutor`
+and runs the forward and backward graphs of the layer's lowered program
+(:class:`~galvatron_fx.ir.program.LayerGraphs`, made by the passes of
+:mod:`galvatron_fx.passes.lower_program` before the first step), turned into direct calls
+(:func:`~galvatron_fx.runtime.graph_code.graph_callable`), with the saved-value all-reduces
+the program hoisted launched from forward. Two cases trace at the first call instead, with
+AOTAutograd over the same interpreter and the same clean-up and hoisting: a call whose input
+layouts or dtypes differ from the program's (logged), and a layer without a program (built
+directly, not through :func:`galvatron_fx.compile` or ``ParallelModule``). Calls without
+gradients run AOTAutograd's inference trace of the same function.
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
-from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces
+from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces, simple_form
 from galvatron_fx.runtime.graph_code import graph_callable
-from galvatron_fx.runtime.layout_autograd import _AsDTensor
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +71,13 @@ class _GraphPair:
     then one gradient per output that requires grad, and returns one gradient per input.
     ``hoisted``: saved tensors all-reduced from forward to backward (:func:`hoist_saved_all_reduces`)."""
 
-    def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool]):
-        bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))  # AOTAutograd's runtime keeps the original
-        num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
-        self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoist_saved_all_reduces(bw, num_saved)]
+    def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool],
+                 hoisted: list | None = None):
+        if hoisted is None:  # graphs traced here: hoist from a copy (AOTAutograd's runtime keeps the original)
+            bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))
+            num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
+            hoisted = hoist_saved_all_reduces(bw, num_saved)
+        self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoisted]
         self.fw, self.bw = graph_callable(fw), graph_callable(bw)
         self.num_outputs = num_outputs
         self.out_grad = out_grad
@@ -82,18 +88,8 @@ class _GraphPair:
         """The pair, or None when the graphs do not have that simple form (input mutations,
         outputs AOTAutograd regenerates, saved symbolic sizes): AOTAutograd's own runtime, which
         handles every case, keeps running them."""
-        (fw_out,) = [n for n in fw.graph.nodes if n.op == "output"]
-        returned = len(fw_out.args[0])
-        ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
-        tangents = [n for n in ph if n.name.startswith("tangents")]
-        saved = ph[:len(ph) - len(tangents)]
-        simple = (ph[len(saved):] == tangents
-                  and all(isinstance(n.meta.get("val"), torch.Tensor) for n in saved)
-                  and returned - len(saved) == len(out_grad)
-                  and len(tangents) == sum(out_grad))
-        if not simple:
-            log.debug("lowered layer keeps AOTAutograd's runtime: %d returned, %d saved, %d tangents, %d outputs",
-                      returned, len(saved), len(tangents), len(out_grad))
+        if not simple_form(fw, bw, out_grad):
+            log.debug("lowered layer keeps AOTAutograd's runtime (its graphs are not of the simple form)")
             return None
         return cls(fw, bw, len(out_grad), out_grad)
 
@@ -164,33 +160,16 @@ class _Lowered:
     recorded ones are refused (the interpreter handles any layout).
     """
 
-    def __init__(self, ex: LayerExecutor):
+    def __init__(self, ex: LayerExecutor, program=None):
         from functorch.compile import aot_function, make_boxed_func
 
         self.mesh = ex.mesh
         self.in_specs: list | None = None   # (placements, shape, stride) per input
+        self.in_dtypes: list | None = None  # the program's input dtypes (None: not checked)
         self.out_specs: list | None = None  # per flat output: (placements, shape, stride) | None
         self.out_tree = None
         self.out_consts: dict[int, object] = {}  # flat output index -> a non-tensor output
-        keys = list(ex.params)
-        n = len(keys)
-
-        def traced(*flat):
-            xs = [DTensor.from_local(x, self.mesh, pl, run_check=False, shape=sh, stride=st)
-                  for x, (pl, sh, st) in zip(flat[n:], self.in_specs)]
-            outs = ex._interpret(xs, dict(zip(keys, flat[:n])))
-            leaves, self.out_tree = tree_flatten(outs)
-            self.out_specs, self.out_consts, ret = [], {}, []
-            for i, o in enumerate(leaves):
-                if isinstance(o, DTensor):
-                    self.out_specs.append((tuple(o.placements), o.shape, o.stride()))
-                    ret.append(o.to_local())
-                elif isinstance(o, torch.Tensor):
-                    self.out_specs.append(None)
-                    ret.append(o)
-                else:
-                    self.out_consts[i] = o
-            return tuple(ret)
+        traced = ex.local_function(lambda: self.in_specs, self)
 
         def compiler(slot: str | None):
             def run_eagerly(gm, _example_inputs):
@@ -208,6 +187,20 @@ class _Lowered:
                    False: aot_function(traced, compiler(None), compiler(None))}
         self.graphs: _GraphPair | None = None  # the training graphs, run without AOT's wrappers
         self._out_grad: list[bool] | None = None  # which outputs of a training call require grad
+        self.program = None  # the LayerGraphs it runs, if it was given one
+        if program is not None and program.simple and program.fw is not None:
+            tr = program.trace
+            self.program = program
+            self.in_specs, self.in_dtypes = list(tr.in_specs), list(tr.in_dtypes)
+            self.out_specs, self.out_tree, self.out_consts = list(tr.out_specs), tr.out_tree, dict(tr.out_consts)
+            self._out_grad = list(tr.out_grad)
+            self.graphs = _GraphPair(program.fw, program.bw, len(tr.out_grad), list(tr.out_grad), program.hoisted)
+
+    def _unseed(self, why: str) -> None:
+        """Trace at this call after all (see module doc)."""
+        log.info("a lowered layer traces at its first call instead of running its program: %s", why)
+        self.program, self.graphs, self.in_specs, self.in_dtypes = None, None, None, None
+        self.out_specs, self.out_tree, self.out_consts, self._out_grad = None, None, {}, None
 
     def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False):
         """Run on ``xs``: DTensors, or plain local tensors already in the recorded layout of
@@ -215,6 +208,12 @@ class _Lowered:
         :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no
         ``from_local``; the next lowered layer takes the local tensor as it is)."""
         specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
+        if self.program is not None and self.in_dtypes is not None:  # the first call of a program
+            dtypes = [x.dtype for x in xs]
+            if any(s is not None and s != want for s, want in zip(specs, self.in_specs)) or dtypes != self.in_dtypes:
+                self._unseed(f"inputs {specs} {dtypes}, the program's {self.in_specs} {self.in_dtypes}")
+            else:
+                self.in_dtypes = None  # checked once
         if self.in_specs is None:
             if None in specs:
                 raise ValueError("a lowered layer's first call takes DTensors (it records their layouts)")

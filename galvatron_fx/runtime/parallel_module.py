@@ -22,11 +22,13 @@ held whole on every rank outside ``parameters()`` (no gradient reaches it), unto
 a global mean by dividing the dp-partial gradients' sum (``sync_grads``) — see
 :meth:`ParallelModule.forward`.
 
-Options: each executor follows the saved plan: its ``placements`` (node -> ``"in->out"``) are
-the ILP's solution for the layer, rebuilt into a ``LayerOption`` without solving again; a tp=1
-layer (the plan stores no placements) is all-replicated. If the saved placements do not name the
-decomposed nodes (another torch version traced other names), the layer is re-solved and a
-warning is logged.
+Program: the module executes the plan's lowered program
+(:func:`galvatron_fx.passes.lower_program.lower`, given by ``compile()`` or lowered here on this
+rank's meshes before the first step): each executor follows its layer's saved ``placements``
+(the ILP's solution, rebuilt without solving again; a tp=1 layer without placements is
+all-replicated) and runs the layer's forward and backward graphs. Saved placements that do not
+name this torch's decomposed nodes are re-solved by the caller's ``resolve`` (``compile()``: on
+the plan's cluster, with a warning) or refused; nothing is re-solved silently.
 
 Data parallel flavours per layer (DDP; ZeRO-2/ZeRO-3 through FSDP2), tied weights and the gradient
 sync: :mod:`galvatron_fx.runtime.data_parallel`. The optimizer must be built after the
@@ -55,7 +57,9 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.recompute import checkpoint_fn
-from galvatron_fx.runtime.layer_exec import _IGNORED, LayerExecutor, _tensor_args
+from galvatron_fx.passes.apply_placements import option_from_plan
+from galvatron_fx.passes.lower_program import lower as lower_program
+from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.guard import StepGuard
@@ -79,27 +83,6 @@ _MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, s
 def device_type() -> str:
     """The meshes' device type: ``cuda`` under NCCL with GPUs, else ``cpu`` (gloo)."""
     return "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
-
-
-def _calls(dl: DecomposedLayer) -> list[fx.Node]:
-    return [n for n in dl.gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
-            and n.target is not operator.getitem]
-
-
-def option_from_plan(dl: DecomposedLayer, kind: str, strategy, placements: dict[str, str]) -> LayerOption | None:
-    """The :class:`LayerOption` the executor needs, rebuilt from a plan's saved placements; an
-    all-replicated one at tp=1; None when the saved placements do not cover the decomposed nodes."""
-    tp = strategy.tp
-    needed = [ph.name for ph in dl.inputs] + [n.name for n in _calls(dl)]
-    if tp == 1 and not placements:
-        placements = {ph.name: "->R" for ph in dl.inputs}
-        placements |= {n.name: ",".join("R" for _ in _tensor_args(n)) + "->R" for n in _calls(dl)}
-    if any(n not in placements for n in needed):
-        return None
-    return LayerOption(kind=kind, tp=tp, sp=strategy.sp, placements=dict(placements), compute_s=0.0,
-                       compute_ratio=1.0 / tp, comm_fwd_s=0.0, comm_bwd_s=0.0, param_fraction=1.0,
-                       activation_fraction=1.0, comm=(), input_layout=(), output_layout=(),
-                       objective_s=0.0, solve_s=0.0, num_variables=0)
 
 
 class _DpPartialGrad(torch.autograd.Function):
@@ -131,6 +114,7 @@ class _Executor(LayerExecutor):
     :class:`_DpPartialGrad` so that every gradient reaches FSDP's reduce-scatter dp-partial."""
 
     fsdp = False
+    replicate_plain = True
 
     def _param(self, key, local=None):
         p = super()._param(key, local)
@@ -139,12 +123,6 @@ class _Executor(LayerExecutor):
         if local is None and self.fsdp and key not in self._local and p.requires_grad:
             p = _DpPartialGrad.apply(p)
         return p
-
-    def _run(self, n, env, moved):
-        out = super()._run(n, env, moved)
-        if isinstance(out, torch.Tensor) and not isinstance(out, DTensor):
-            out = DTensor.from_local(out, self.mesh, [R, R], run_check=False)
-        return out
 
 
 def _local_and_layout(v) -> tuple[torch.Tensor, tuple[DeviceMesh, tuple] | None]:
@@ -178,12 +156,17 @@ def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Te
 class ParallelModule(DataParallelMixin, nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
-    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None,
+    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,
                  lower: bool = True, layers: Sequence[int] | None = None,
-                 meshes: dict[tuple[int, int], DeviceMesh] | None = None):
+                 meshes: dict[tuple[int, int], DeviceMesh] | None = None, dump_dir=None):
         """``layers``/``meshes``: build only these layers (a pipeline chunk) on the given ``(dp,
         tp)`` meshes over their stage's ranks (:class:`~galvatron_fx.runtime.pipeline.PipelineModule`
-        does); by default every layer of a ``pp == 1`` plan on meshes over all ranks."""
+        does); by default every layer of a ``pp == 1`` plan on meshes over all ranks.
+        ``program``: the plan lowered on this rank's meshes
+        (:func:`galvatron_fx.passes.lower_program.lower`), else lowered here (``lower=False``:
+        not at all; every layer then runs op by op). ``resolve(layer, decomposed, strategy)``:
+        the option of a layer whose saved placements do not name this torch's nodes (none: such
+        a plan is refused). ``dump_dir``: the lowering's passes dump their graphs there."""
         super().__init__()
         if plan.pp != 1 and layers is None:
             raise PlanError(f"ParallelModule runs plans without pipeline stages; this plan has pp={plan.pp}: "
@@ -211,8 +194,11 @@ class ParallelModule(DataParallelMixin, nn.Module):
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         decomposed: dict[str, DecomposedLayer] = {}
         traced: dict[tuple, LayerExecutor] = {}
-        # the last layer holding parameters: its backward starts right after its forward
-        last_with_params = max((i for i in self.layer_ids if mg.layers[i].param_names), default=-1)
+        if lower and program is None:
+            program = lower_program(mg, plan, mesh_of=lambda _stage, dp, tp: self.mesh(dp, tp), resolve=resolve,
+                                    layers=self.layer_ids, dump_dir=dump_dir)
+        self.program = program  # the LoweredProgram this module runs (None: lower=False)
+        lowered_layers = {lay.name: lay for lay in program.layers} if program is not None else {}
         for i in self.layer_ids:
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
@@ -221,12 +207,20 @@ class ParallelModule(DataParallelMixin, nn.Module):
                 decomposed[layer.kind] = decompose_layer(mg, layer)
             # layers of one kind share the traced graph; only the names of their inputs differ
             dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
-            check_layer_placements(lp.name, lp.placements, dl.gm)  # S(d) within each tensor's rank
-            option = option_from_plan(dl, layer.kind, st, lp.placements)
-            self.option_source.append("plan" if lp.placements else "tp1")
-            if option is None:
-                option = self._resolve(layer, dl, st, cost_model)
-                self.option_source[-1] = "re-solved"
+            if layer.name in lowered_layers:
+                option = lowered_layers[layer.name].graphs.option
+                self.option_source.append(lowered_layers[layer.name].option_source)
+            else:
+                check_layer_placements(lp.name, lp.placements, dl.gm)  # S(d) within each tensor's rank
+                option = option_from_plan(dl, layer.kind, st, lp.placements)
+                self.option_source.append("plan" if lp.placements else "tp1")
+                if option is None:
+                    if resolve is None:
+                        raise PlanError(f"layer {lp.name}: the plan's placements do not name this torch's decomposed "
+                                        "nodes; re-plan with this torch, or run the plan through galvatron_fx.compile(), "
+                                        "which re-solves such a layer on the plan's cluster")
+                    option = resolve(layer, dl, st)
+                    self.option_source[-1] = "re-solved"
             ex = _Executor.from_model(mg, layer, option, mesh, model, decomposed=dl)
             ex.compute_dtype = self.compute_dtype if self.compute_dtype != torch.float32 else None
             input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
@@ -234,7 +228,7 @@ class ParallelModule(DataParallelMixin, nn.Module):
             ex.feeds = [(input_name_of[ph.name], pl[1]) for (ph, _), pl in zip(ex._inputs, ex.input_placements())]
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
-        self._shard_all(last_with_params)
+        self._shard_all()
         for ex in self.executors:
             if not ex.fsdp:
                 ex.localize()
@@ -246,7 +240,8 @@ class ParallelModule(DataParallelMixin, nn.Module):
                 # one trace per (kind, placements, mesh, storage); selective recompute keeps the
                 # interpreter, whose per-op dispatch the selective policy needs
                 key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp)
-                ex.lower(share_with=traced.setdefault(key, ex))
+                graphs = lowered_layers[layer.name].graphs if layer.name in lowered_layers else None
+                ex.lower(share_with=traced.setdefault(key, ex), program=graphs)
             wrap = checkpoint_fn(st.recompute)
             run = functools.partial(ex, unwrapped=True)
             self._ckpt.append(wrap(run) if wrap is not None else run)
@@ -273,22 +268,6 @@ class ParallelModule(DataParallelMixin, nn.Module):
                                               mesh_dim_names=("dp", "tp"))
             self._meshes[(dp, tp)] = _MESHES[key]
         return self._meshes[(dp, tp)]
-
-    def _resolve(self, layer, dl, st, cost_model) -> LayerOption:
-        """The layer's placements solved again, priced on the plan's own cluster (a plan without
-        one, built by hand: a DGX A100 stand-in), with a warning saying on which."""
-        from galvatron_fx.cluster import Cluster
-        from galvatron_fx.cost_models import AnalyticCostModel
-        from galvatron_fx.search.intra_layer import solve_intra_layer
-
-        if cost_model is None:
-            cluster = Cluster.from_dict(self.plan.cluster) if self.plan.cluster else Cluster.preset("dgx-a100-80g")
-            cost_model = AnalyticCostModel(cluster)
-        if self.plan.layer(layer.name).placements:  # a hand-made plan without placements is expected
-            log.warning("layer %s: the plan's placements do not name this torch's decomposed nodes; re-solving its "
-                        "intra-layer ILP on %s", layer.name,
-                        "the plan's cluster" if self.plan.cluster else "a stand-in cluster (the plan names none)")
-        return solve_intra_layer(self.mg, layer, st.tp, st.sp, cost_model, decomposed=dl, shard_params=st.tp > 1)
 
     # ---- forward ----------------------------------------------------------------------------
     def _layout_input(self, ex: LayerExecutor, i: int, name: str, tp_p: Placement, env: dict,

@@ -40,6 +40,8 @@ Algorithm:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import logging
 from collections.abc import Sequence
 
@@ -136,7 +138,7 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 class PipelineModule(nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
-    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, cost_model=None):
+    def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
         super().__init__()
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
@@ -157,7 +159,8 @@ class PipelineModule(nn.Module):
         device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
         self.device = device
         for c in mine:
-            body = ParallelModule(model, mg, plan, cost_model=cost_model, layers=chunks[c], meshes=meshes)
+            body = ParallelModule(model, mg, plan, resolve=resolve, layers=chunks[c], meshes=meshes,
+                                  dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}")
             last = c == len(chunks) - 1
             outs = list(mg.output_names) if last else crossing[c + 1]
             chunk = _Chunk(body, crossing[c], outs, layout, last)
@@ -188,6 +191,25 @@ class PipelineModule(nn.Module):
         self._cross_tied = self._cross_chunk_ties()
         self.num_microbatches = m
         self._check_chunks_run(crossing, layout)
+
+    @property
+    def program(self):
+        """This rank's lowered program: its chunks' layers, graphs and buckets in order, one
+        step graph per chunk (``stages`` keyed ``"<stage>.<chunk>"``)."""
+        from galvatron_fx.ir.program import LoweredProgram
+
+        out = LoweredProgram(plan=self.plan)
+        for i, chunk in enumerate(self.chunks):
+            p = chunk.body.program
+            if p is None:
+                continue
+            out.layers += p.layers
+            out.layer_graphs |= p.layer_graphs
+            out.buckets += p.buckets
+            out.stages |= {f"{s}.{i}": g for s, g in p.stages.items()}
+            for k, v in p.timings_s.items():
+                out.timings_s[k] = out.timings_s.get(k, 0.0) + v
+        return out
 
     def _check_chunks_run(self, crossing: list[list[str]], layout: dict) -> None:
         """Run each of this rank's chunks forward and backward once on zeros, apart from the

@@ -16,9 +16,10 @@ replica sees ``s / dp``):
   recomputation;
 - *tp comm*: the collectives inside the layer, each priced at its bytes for ``s / dp`` samples
   (a parameter's gradient at its own size): the ILP's redistributions, or — when the cost model
-  sets ``traces_runtime`` — those the runtime's executor issues (:mod:`~galvatron_fx.search.runtime_trace`:
-  forward and backward; op by op under selective recomputation); recomputation runs the
-  forward's collectives again in the backward;
+  sets ``traces_runtime`` — those the layer's lowered program issues forward and backward
+  (:mod:`~galvatron_fx.search.lowered_prices`); a loss's own collectives over dp (its normaliser),
+  from its lowering; recomputation runs the forward's collectives again in the backward. Each
+  choice records what it priced (``collectives``: the plan's ``LayerPlan.collectives``);
 - *dp comm*: the gradient synchronisation of the layer's parameters over its ``dp`` replicas.
   DDP: the runtime sums the plain gradients of all layers of a data-parallel group in buckets
   (:mod:`~galvatron_fx.cost_models.grad_sync`), priced for the whole stage by the planner; per
@@ -28,8 +29,8 @@ replica sees ``s / dp``):
   backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``;
 - *optimizer*: the optimizer step over the parameters the layer reads on this rank (a tied
   weight once per reader: the runtime keeps a copy per layer), DTensors under FSDP;
-- *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions, or the runtime's
-  saved activations and backward transient when traced.
+- *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions, or the lowered
+  program's saved activations and backward transient when traced.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch.distributed.tensor import Shard as TorchShard
 
 from galvatron_fx.cluster import Collective
@@ -51,10 +53,11 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, SPMode
 from galvatron_fx.recompute import Recompute
-from galvatron_fx.ir.layer_option import LayerOption
+from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.placements import parse_placement
-from galvatron_fx.passes.decompose_layer import decompose_layer
+from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.search.intra_layer import solve_intra_layer
+from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,10 @@ class SearchSpace:
     sequence under Ulysses): ``tp=(2,)`` asks for real tensor parallelism, never a layer with
     weights repeated whole on both ranks. ``vocab_parallel=False`` keeps the logits whole from
     head to loss (no vocab-parallel cross-entropy; a tp head then gathers them).
+    ``lowered_prices=True`` prices every tensor-parallel option by the collectives its lowered
+    program issues (:mod:`~galvatron_fx.search.lowered_prices`, about half a second per layer kind
+    and option) instead of the intra-layer ILP's estimate, as cost models with ``traces_runtime``
+    always do: the plan then prices exactly what it runs (``galvatron-fx plan`` does).
     """
 
     tp: tuple[int, ...] | None = None
@@ -83,6 +90,7 @@ class SearchSpace:
     max_microbatches: int = 64
     uniform: bool = False  # one strategy for all blocks (the hand-written baselines)
     vocab_parallel: bool = True
+    lowered_prices: bool = False
 
     def __post_init__(self) -> None:
         # degrees within limits.DEGREE, micro-batch counts within limits.MICROBATCHES: the
@@ -131,6 +139,7 @@ class LayerChoice:
     option: LayerOption | None
     optim_s: float = 0.0  # per step: the optimizer step over this layer's parameters on one rank
     bucket_bytes: tuple[int, ...] = ()  # DDP (dp > 1): local gradient bytes per parameter, runtime order
+    collectives: tuple[dict, ...] = ()  # what it prices, per micro-batch (LayerPlan.collectives)
 
     def step_time_s(self, m: int) -> float:
         return m * (self.fwd_s + self.bwd_s + self.tp_comm_s) + self.dp_comm_s + self.optim_s
@@ -151,21 +160,92 @@ class OptionCache:
     mg: ModelGraph
     cost_model: CostModel
     vocab_parallel: bool = True  # class-sharded log-softmax / NLL loss allowed (SearchSpace.vocab_parallel)
+    lowered_prices: bool = False  # SearchSpace.lowered_prices
     options: dict[tuple[str, int, SPMode], list[LayerOption]] = field(default_factory=dict)
     decomposed: dict[str, object] = field(default_factory=dict)
     solves: int = 0
     solve_s: float = 0.0
+    _shares: dict = field(default_factory=dict)
+    _inputs: dict = field(default_factory=dict)
+    _fqns: dict = field(default_factory=dict)
 
-    def trace(self, layer: LayerInfo, option: LayerOption | None, *, interpreted: bool = False):
-        """The runtime's trace of ``layer`` under ``option`` (None: tp = 1) when the cost model
-        asks for it (``traces_runtime``), else None."""
-        if not getattr(self.cost_model, "traces_runtime", False):
+    def trace(self, layer: LayerInfo, option: LayerOption | None):
+        """The lowered program's collectives and memory of ``layer`` under ``option`` (None:
+        tp = 1) when the cost model or the search space asks for them, else None."""
+        if not (self.lowered_prices or getattr(self.cost_model, "traces_runtime", False)):
             return None
-        from galvatron_fx.search.runtime_trace import trace_layer
+        return lowered_price(self.mg, layer, option, decomposed=self._decomposed(layer),
+                             compute_dtype=self._compute_dtype())
 
+    def dp_events(self, layer: LayerInfo) -> tuple:
+        """The collectives a loss's own graphs issue over dp (its normaliser: a mean over a
+        batch-sharded input), from its lowering; none for other layers, whose gradients stay
+        partial over dp until the data-parallel sync."""
+        if layer.role != LayerRole.LOSS:
+            return ()
+        return dp_collectives(self.mg, layer, decomposed=self._decomposed(layer),
+                              compute_dtype=self._compute_dtype()) or ()
+
+    def _compute_dtype(self):
+        """Mixed precision's compute dtype (None: fp32)."""
+        prec = getattr(self.cost_model, "precision", None)
+        dtype = getattr(torch, prec.compute_dtype) if prec is not None else torch.float32
+        return None if dtype == torch.float32 else dtype
+
+    def _decomposed(self, layer: LayerInfo):
         if layer.kind not in self.decomposed:
             self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
-        return trace_layer(self.mg, layer, option, interpreted=interpreted, decomposed=self.decomposed[layer.kind])
+        return self.decomposed[layer.kind]
+
+    def splits_evenly(self, layer: LayerInfo, option: LayerOption, local: int, captured_batch: int) -> bool:
+        """Whether every dim 0 ``option`` shards on tp, of a value that grows with the batch
+        (its size at the captured batch scaled to ``local`` samples of a dp rank, which takes
+        dim 0 first), still splits evenly over tp."""
+        key = ("rows", id(option))
+        if key not in self._shares:
+            dl = self._decomposed(layer)
+            fixed = param_values(dl)
+            by_name = {n.name: n for n in dl.gm.graph.nodes}
+            rows = set()
+            for name, s in option.placements.items():
+                n = by_name.get(name)
+                if n is None or n.op != "call_function":
+                    continue
+                ins = s.split("->")[0].split(",")
+                args = [a for a in n.all_input_nodes]
+                for a, pl in zip(args, ins):
+                    v = a.meta.get("val")
+                    if pl == "S(0)" and a.name not in fixed and isinstance(v, torch.Tensor) and v.ndim >= 1:
+                        rows.add(int(v.shape[0]))
+            self._shares[key] = rows
+        tp = option.tp
+        return all((r * local) % (captured_batch * tp) == 0 for r in self._shares[key])
+
+    def param_shares(self, layer: LayerInfo, option: LayerOption | None) -> dict[str, float]:
+        """FQN -> the share of the parameter one rank stores under ``option`` (1/tp where its
+        placement shards it; none at tp = 1)."""
+        if option is None or option.tp == 1:
+            return {}
+        key = (layer.name, id(option))
+        if key not in self._shares:
+            if layer.kind not in self.decomposed:
+                self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
+            dl = self.decomposed[layer.kind]
+            if layer.name not in self._inputs:
+                self._inputs[layer.name] = [a.name for a in self.mg.layer_inputs(layer)]
+            fqn_of = self._fqn_of()
+            out = {}
+            for ph, name, role in zip(dl.inputs, self._inputs[layer.name], dl.input_roles):
+                if role == "param" and name in fqn_of:
+                    stored = option.placements.get(ph.name, "->R").split("->")[1]
+                    out[fqn_of[name]] = 1.0 / option.tp if stored.startswith("S(") else 1.0
+            self._shares[key] = out
+        return self._shares[key]
+
+    def _fqn_of(self) -> dict[str, str]:
+        if not self._fqns:
+            self._fqns.update({node: fqn for fqn, p in self.mg.params.items() for node in p.nodes})
+        return self._fqns
 
     def option_list(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
         """The ILP's options for (tp, sp): the fastest, plus the memory-lean one (every matrix
@@ -265,7 +345,6 @@ def layer_choices(
     params = [mg.params[f] for f in layer.param_names
               if f in mg.params and not mg.params[f].is_buffer and mg.params[f].requires_grad]
     owned = [p for p in params if p.layers[:1] == (layer.name,)]
-    grad_bytes = sum(p.nbytes for p in owned)
     for tp in allowed_tp(space, devices, devices_per_node):
         dp = devices // tp
         if samples % dp != 0:
@@ -276,15 +355,17 @@ def layer_choices(
         sps = space.sp if tp > 1 and layer.role == LayerRole.BLOCK else (SPMode.NONE,)
         for sp in sps:
             for opt in (cache.option_list(layer, tp, sp) if tp > 1 else [None]):
+                if opt is not None and not cache.splits_evenly(layer, opt, local, captured_batch):
+                    continue  # it splits a batch dim over tp too, which the dp rank's samples cannot
                 out.extend(_priced(mg, layer, cache, space, opt, tp=tp, sp=sp, dp=dp, local=local, frac=frac,
-                                   ranks=ranks, params=params, owned=owned, grad_bytes=grad_bytes,
+                                   ranks=ranks, params=params, owned=owned,
                                    num_microbatches=num_microbatches, captured_batch=captured_batch))
     return _or_replicated(out, mg, layer, cache, space, devices=devices, ranks=ranks, samples=samples,
                           num_microbatches=num_microbatches, captured_batch=captured_batch,
                           devices_per_node=devices_per_node)
 
 
-def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, params, owned, grad_bytes,
+def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, params, owned,
             num_microbatches, captured_batch) -> list[LayerChoice]:
     """Every (recompute, dp flavour) of one (tp, sp, option), priced."""
     cm = cache.cost_model
@@ -294,25 +375,43 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     pf = opt.param_fraction if opt is not None else 1.0
     af = opt.activation_fraction if opt is not None else 1.0
     lowered = cache.trace(layer, opt)  # what the runtime's executor does (None: not asked for)
+    # the bytes the data-parallel collectives move: each parameter's tensor-parallel shard, gathered
+    # in the compute dtype (FSDP's mixed precision), its gradient reduced in the gradient dtype
+    shares = cache.param_shares(layer, opt)
+    prec = getattr(cm, "precision", None)
+    gather_size = getattr(torch, prec.compute_dtype).itemsize if prec else None
+    grad_size = getattr(torch, prec.grad_dtype).itemsize if prec else None
+
+    def dp_bytes(ps, size) -> int:
+        return int(sum((p.numel * size if size else p.nbytes) * shares.get(p.name, pf) for p in ps))
+
+    gather_bytes, reduce_bytes, grad_bytes = dp_bytes(params, gather_size), dp_bytes(params, grad_size), \
+        dp_bytes(owned, grad_size)
     fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
     dp_ranks = list(ranks[::tp])[:dp]
     tp_ranks = list(range(tp))
     saved = layer.costs.activation_bytes
     af_none = lowered.saved_bytes / saved if lowered is not None and saved > 0 else af
     numel = sum(p.numel for p in params)
-    sizes = [int(p.nbytes * pf) for p in reversed(owned)]  # the runtime's order: last parameter first
+    sizes = [dp_bytes([p], grad_size) for p in reversed(owned)]  # the runtime's order: last parameter first
     # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
     for rc in rcs:
         _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share
-        # selective recomputation runs the layer op by op (the interpreter), the others lowered
-        trace = cache.trace(layer, opt, interpreted=True) if rc == Recompute.SELECTIVE and tp > 1 else lowered
+        trace = lowered
         events = trace.comm if trace is not None else (opt.comm if opt is not None else ())
         tp_comm = _comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
                           compute_s={"fwd": fwd_s, "bwd": bwd_s})
         temp = trace.bwd_transient_bytes if trace is not None else 0
+        tp_colls = tp_collectives(events, frac, tp, again_fwd=rc != Recompute.NONE)
+        # a loss's own data-parallel collectives (lowered at dp = 2: per-sample bytes scale from there)
+        dp_events = [CommEvent(e.direction, e.value, e.collective, int(e.nbytes * 2 * frac) if e.per_sample
+                               else e.nbytes, 0.0, per_sample=False) for e in cache.dp_events(layer)] if dp > 1 else []
+        tp_comm += _comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
+                           compute_s={"fwd": fwd_s, "bwd": bwd_s}) if dp_events else 0.0
+        tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE)
         for dpt in space.dp_types:
             if dp == 1 and dpt != DPType.DDP:
                 continue
@@ -325,11 +424,10 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
             sharded = dpt != DPType.DDP and dp > 1
             if sharded:
                 # FSDP shards and gathers every copy a layer keeps (a tied weight's too)
-                comm = _fsdp_comm_s(cm, dpt, int(sum(p.nbytes for p in params) * pf), dp_ranks, m,
-                                    compute_s=fwd_s + bwd_s)
+                comm = _fsdp_comm_s(cm, dpt, gather_bytes, reduce_bytes, dp_ranks, m, compute_s=fwd_s + bwd_s)
                 dp_comm = cm.exposed_fsdp_s(m * (fwd_s + bwd_s), comm) if comm > 0 else 0.0
             else:
-                share_s = _bucket_share_s(cm, int(grad_bytes * pf), dp_ranks)
+                share_s = _bucket_share_s(cm, grad_bytes, dp_ranks)
                 dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
             local_numel = numel * pf / dp if sharded else numel * pf
             optim = _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
@@ -340,6 +438,7 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                 out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
                 option=opt, optim_s=optim,
                 bucket_bytes=tuple(sizes) if dp > 1 and dpt == DPType.DDP else (),
+                collectives=tp_colls + dp_collective_records(dpt, dp, gather_bytes, reduce_bytes, grad_bytes),
             ))
     return out
 
@@ -408,17 +507,19 @@ def _bucket_share_s(cm: CostModel, nbytes: int, ranks: list[int]) -> float:
                - cm.collective_time_s(Collective.ALL_REDUCE, 1, ranks))
 
 
-def _fsdp_comm_s(cm: CostModel, dpt: DPType, nbytes: int, ranks: list[int], m: int, *, compute_s: float) -> float:
-    """Seconds per step of FSDP's collectives for ``nbytes`` of parameters: per micro-batch a
-    reduce-scatter of the gradients, and one all-gather of the parameters (ZeRO-2, kept from
-    forward to backward) or two (ZeRO-3, gathered again for the backward); each after its share
-    of the layer's ``compute_s`` per micro-batch since the previous one."""
-    if len(ranks) <= 1 or nbytes == 0:
+def _fsdp_comm_s(cm: CostModel, dpt: DPType, gather_bytes: int, reduce_bytes: int, ranks: list[int], m: int, *,
+                 compute_s: float) -> float:
+    """Seconds per step of FSDP's collectives for parameters of ``gather_bytes`` (gradients of
+    ``reduce_bytes``): per micro-batch a reduce-scatter of the gradients, and one all-gather of
+    the parameters (ZeRO-2, kept from forward to backward) or two (ZeRO-3, gathered again for the
+    backward); each after its share of the layer's ``compute_s`` per micro-batch since the
+    previous one."""
+    if len(ranks) <= 1 or gather_bytes == 0:
         return 0.0
     n = 2 if dpt == DPType.ZERO2 else 3
     gap = compute_s / n
-    rs = cm.collective_time_s(Collective.REDUCE_SCATTER, nbytes, ranks, gap_s=gap)
-    ag = cm.collective_time_s(Collective.ALL_GATHER, nbytes, ranks, gap_s=gap)
+    rs = cm.collective_time_s(Collective.REDUCE_SCATTER, reduce_bytes, ranks, gap_s=gap)
+    ag = cm.collective_time_s(Collective.ALL_GATHER, gather_bytes, ranks, gap_s=gap)
     return m * (rs + (n - 1) * ag)
 
 

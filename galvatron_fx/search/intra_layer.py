@@ -70,7 +70,7 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
-from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
 from galvatron_fx.search.node_strategies import _IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
 
@@ -380,10 +380,14 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
             if u.name in strategies:
                 consumers[(u, idx)].append((n.name, k))
     values = []
+    # float values travel in the compute dtype (mixed precision: the graph was captured in fp32)
+    prec = getattr(cost_model, "precision", None)
+    itemsize = getattr(torch, prec.compute_dtype).itemsize if prec is not None else None
     for (u, idx), cons in consumers.items():
         val = _val(u, idx)
         has_grad = val.is_floating_point() and not (u.op == "placeholder" and role.get(u) == "other")
-        values.append(_Value(u.name, idx, tensor_bytes(val), val.ndim, has_grad, cons))
+        nbytes = val.numel() * itemsize if itemsize and val.is_floating_point() else tensor_bytes(val)
+        values.append(_Value(u.name, idx, int(nbytes), val.ndim, has_grad, cons))
     forbidden: set[tuple[str, int]] = set()
     if sp == SPMode.ULYSSES:  # every op reads its weights whole: no slicing a replicated weight
         weightish = {ph.name for ph in dl.inputs if role[ph] == "param"}
@@ -445,16 +449,6 @@ def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | st
     log.info("intra-layer ILP %s tp=%d sp=%s: %d variables, %.3f s, fwd comm %s", layer.name, tp, sp,
              num_vars, option.solve_s, option.collectives("fwd"))
     return option
-
-
-def param_values(dl: DecomposedLayer) -> set[str]:
-    """Names of the decomposed layer's nodes computed from parameters alone (the parameters and
-    their views, transposes, casts): their bytes do not grow with the batch."""
-    out = {ph.name for ph, r in zip(dl.inputs, dl.input_roles) if r == "param"}
-    for n in dl.gm.graph.nodes:
-        if n.op == "call_function" and n.all_input_nodes and all(a.name in out for a in n.all_input_nodes):
-            out.add(n.name)
-    return out
 
 
 def option_from_placements(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,

@@ -10,9 +10,10 @@ of each of its tensor inputs and outputs on the ``tp`` mesh axis; it is *partiti
 sharded tensor splits the work.
 
 Algorithm: the strategies come from DTensor's own sharding propagator (its single-dim and op
-strategy functions, on every even, plain combination of the inputs' candidate placements),
-plus a short list of our overrides (``_OVERRIDES``) for kernels DTensor has no rule for, and
-the class-sharded strategies the runtime runs with its own code
+strategy functions, on every even, plain combination of the inputs' candidate placements;
+the rules we add for kernels DTensor has none for are registered there too, by
+:mod:`galvatron_fx.shardings`, so the solver and the runtime read one set), plus the
+class-sharded strategies the runtime runs with its own code
 (:mod:`~galvatron_fx.vocab_parallel`). Uneven shards and non-sum partials are dropped.
 """
 
@@ -106,35 +107,12 @@ def _even(placements, metas, tp: int) -> bool:
     return True
 
 
-def _sdpa_cpu_strategies(node: fx.Node, tp: int) -> list[NodeStrategy]:
-    """Our rule for the CPU flash-attention kernel (DTensor has none): batch or heads sharded.
-
-    An attention mask / position bias (4-D, possibly broadcast) follows q on the sharded dim
-    where it has that size, else stays replicated.
-    """
-    tensors = [a.meta["val"] for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
-    q = tensors[0]
-    out = [NodeStrategy(tuple(R for _ in tensors), (R, R))]
-    for d in (0, 1):
-        if q.shape[d] % tp == 0:
-            ins = tuple(Shard(d) if i < 3 or (t.ndim == 4 and t.shape[d] == q.shape[d]) else R
-                        for i, t in enumerate(tensors))
-            out.append(NodeStrategy(ins, (Shard(d), Shard(d))))
-    return out
-
-
-_OVERRIDES = {
-    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu_strategies,
-    torch.ops.galvatron_fx.biased_attention.default: _sdpa_cpu_strategies,  # the same layout rule
-}
 _IGNORED = {aten._assert_tensor_metadata.default}
 
 
 def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
     """Every strategy of ``node`` on a 1-D mesh of ``tp`` ranks (see module doc for sources)."""
     op = node.target
-    if op in _OVERRIDES:
-        return _OVERRIDES[op](node, tp)
     from torch.distributed.tensor import DTensor
 
     prop = DTensor._op_dispatcher.sharding_propagator

@@ -86,7 +86,7 @@ class _Search:
         self.world = cluster.world_size
         self.dpn = cluster.devices_per_node
         self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
-        self.cache = cache or OptionCache(mg, cm, vocab_parallel=space.vocab_parallel)
+        self.cache = cache or OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
         self.layers = mg.layers
         self._choices: dict[tuple, list[LayerChoice]] = {}
         self._trans: dict[tuple, np.ndarray] = {}
@@ -495,7 +495,7 @@ def plan(
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
     # several global batches: the one with the highest predicted throughput that fits wins
     best, s, errors = None, None, []
-    cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel)
+    cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
     for gb in batches:
         search_gb = _Search(mg, cluster, cm, space, gb, budget, progress, cache)
         try:

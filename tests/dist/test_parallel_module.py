@@ -219,6 +219,11 @@ def _case(key: str, world: int, cache: dict) -> dict:
     batches = _batches(gbs, STEPS)
     res, ref_step, opt = compare_training(model, pm, batches, m)
     res["option_source"] = pm.option_source
+    # the executors run the program lowered before the first step, not a trace of their own
+    res["runs_program"] = [ex.lowered is not None and ex.lowered.program is not None for ex in pm.executors
+                           if ex.lowered is not None]
+    res["lowered_layers"] = [lay.name for lay in pm.program.layers] if pm.program is not None else []
+    res["interpreted"] = [lp.name for lp in plan.layers if lp.strategy.recompute == "selective"]
     res["num_params"] = len(list(pm.parameters()))
     res["num_model_params"] = len(list(model.parameters()))
     if key == TIMED and world == 2:
@@ -361,7 +366,7 @@ def _errors_case(world: int, cache: dict) -> dict:
     import torch.distributed as dist
 
     import galvatron_fx as gfx
-    from galvatron_fx.runtime.api import compile as gfx_compile
+    from galvatron_fx.api import compile as gfx_compile
 
     model, mg, inputs = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
     out = {}
@@ -399,15 +404,31 @@ def _errors_case(world: int, cache: dict) -> dict:
     return out
 
 
-def _compile_more_case(world: int, cache: dict) -> dict:
-    """compile(loss_fn=...) on a model that returns outputs; compile of a pipelined plan."""
+def _dumped(directory) -> dict:
+    """What compile(dump_dir=) wrote: the files, the summary."""
+    import json
+    from pathlib import Path
+
+    d = Path(directory)
+    if not (d / "summary.json").exists():
+        return {"files": sorted(p.name for p in d.iterdir()) if d.exists() else []}
+    s = json.loads((d / "summary.json").read_text())
+    return {"files": sorted(p.name for p in d.iterdir()), "layers": [lay["name"] for lay in s["layers"]],
+            "matches_plan": s["matches_plan"], "differences": s["differences"],
+            "graphs": sorted({lay["graphs"] for lay in s["layers"]})}
+
+
+def _compile_more_case(world: int, cache: dict, tmp: str) -> dict:
+    """compile(loss_fn=...) on a model that returns outputs, with dump_dir; compile of a
+    pipelined plan, with dump_dir."""
+    import os
     import copy
 
     import torch
     from torch import nn
 
     import galvatron_fx as gfx
-    from galvatron_fx.runtime.api import compile as gfx_compile
+    from galvatron_fx.api import compile as gfx_compile
 
     class Block(nn.Module):
         def __init__(self, d: int):
@@ -438,7 +459,10 @@ def _compile_more_case(world: int, cache: dict) -> dict:
     g = torch.Generator().manual_seed(5)
     data = [(torch.randn(8, 16, generator=g), torch.randn(8, 8, generator=g)) for _ in range(3)]
     pm = gfx_compile(copy.deepcopy(net), gfx.Cluster.local_cpu(world), data[0], loss_fn=mse, global_batch_size=8,
-                     search={"pp": (1,)})
+                     search={"pp": (1,)}, dump_dir=os.path.join(tmp, "dump_pp1"))
+    torch.distributed.barrier()
+    out["dump_pp1"] = _dumped(os.path.join(tmp, "dump_pp1"))
+    out["pp1_layers"] = [lp.name for lp in pm.plan.layers]
     ref = copy.deepcopy(net)
     opt, ref_opt = torch.optim.AdamW(pm.parameters(), lr=1e-3), torch.optim.AdamW(ref.parameters(), lr=1e-3)
     m = pm.plan.num_microbatches
@@ -457,7 +481,10 @@ def _compile_more_case(world: int, cache: dict) -> dict:
     # a pipelined plan from the planner
     model, mg, inputs = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
     pm = gfx_compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), inputs, global_batch_size=8,
-                     search={"pp": (2,)})
+                     search={"pp": (2,)}, dump_dir=os.path.join(tmp, "dump_pp2"))
+    torch.distributed.barrier()
+    out["dump_pp2"] = {s: _dumped(os.path.join(tmp, "dump_pp2", f"stage{s}")) for s in range(pm.plan.pp)}
+    out["pp2_stage_layers"] = {s: [lp.name for lp in pm.plan.layers if lp.stage == s] for s in range(pm.plan.pp)}
     out["pp_type"] = type(pm).__name__
     out["pp"] = pm.plan.pp
     batch = _batches(8, 1)[0]
@@ -475,7 +502,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     jobs += [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
-        jobs.append(("compile_more", lambda: _compile_more_case(world, cache)))
+        jobs.append(("compile_more", lambda: _compile_more_case(world, cache, tmp)))
     run_jobs(rank, tmp, jobs, only_env="GFX_PM_ONLY")
 
 
@@ -564,6 +591,27 @@ def test_executors_follow_the_saved_plan(world4):
     assert "plan" in r["option_source"]
 
 
+@pytest.mark.parametrize("key", list(CASES[2]))
+def test_the_runtime_runs_the_lowered_program(world2, key):
+    """Every lowered executor runs its layer's program (made by the passes before the first
+    step), through training, without tracing its own; a layer under selective recomputation
+    runs op by op (its policy needs each op dispatched), the others all lowered."""
+    r = assert_ok(world2, key)
+    assert all(r["runs_program"]), (key, r["runs_program"])
+    assert len(r["runs_program"]) == len(r["lowered_layers"]) - len(r["interpreted"]), key
+
+
+def test_compile_dumps_the_program_it_runs(world2):
+    r = assert_ok(world2, "compile_more")
+    d = r["dump_pp1"]
+    assert d["layers"] == r["pp1_layers"] and "summary.json" in d["files"] and "passes" in d["files"]
+    assert all(f"{g}.fw.txt" in d["files"] and f"{g}.bw.txt" in d["files"] for g in d["graphs"]), d
+    assert "stage0.txt" in d["files"]
+    for s, stage in r["dump_pp2"].items():  # each stage's first rank writes its stage
+        assert stage.get("layers") == r["pp2_stage_layers"][s], (s, stage)
+        assert any(f.startswith("chunk") for f in stage["files"]), stage  # its chunks' passes
+
+
 def test_compile_checks_world_size_and_plan_identity(world2):
     for rank, by_case in world2.items():
         r = by_case["errors"]
@@ -599,7 +647,7 @@ def test_compile_without_process_group_says_how_to_launch():
     import torch.distributed as dist
 
     import galvatron_fx as gfx
-    from galvatron_fx.runtime.api import compile as gfx_compile
+    from galvatron_fx.api import compile as gfx_compile
 
     assert not dist.is_initialized() or dist.get_backend() == "fake"  # the ILP's stand-in group
     model, _, inputs = build("gpt-tiny", 2)

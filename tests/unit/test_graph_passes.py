@@ -124,7 +124,7 @@ def test_values_written_in_place_are_never_redistributed():
     view, and the view its base, as they are (a redistributed copy would lose the write)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from galvatron_fx.runtime.layer_exec import _written_through
+    from galvatron_fx.passes.apply_placements import written_through as _written_through
 
     def shift(x):
         y = x.new_zeros(x.shape)

@@ -16,7 +16,14 @@ rank with a :class:`~galvatron_fx.errors.RankFailureError` naming it (see
 Algorithm: capture at the example inputs' shape, plan (or check the given plan: *strategy
 locking*), re-capture at the per-micro-batch global shape the runtime runs
 (``global_batch_size / num_microbatches`` samples, the example inputs sliced or repeated along
-dim 0), check the plan against it, then build the module.
+dim 0), check the plan against it, lower it on this rank's meshes
+(:func:`galvatron_fx.passes.lower_program.lower`: the graphs the first step runs), then build the
+module that executes the program. A layer whose saved placements do not name this torch's nodes
+is re-solved on the plan's own cluster, with a warning (a plan that names no cluster is refused).
+``dump_dir``: rank 0 writes the program it lowered there
+(:func:`galvatron_fx.passes.dump_program.write_program`: per layer graph ``<layer>.fw.txt`` /
+``.bw.txt``, ``summary.json`` with ``matches_plan``, every pass's graphs under ``passes/``); in a
+pipelined plan the first rank of each stage writes its stage's under ``stage<k>/``.
 """
 
 from __future__ import annotations
@@ -143,7 +150,7 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
-            search=None, timeout: float | None = None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
+            search=None, timeout: float | None = None, dump_dir=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
@@ -154,7 +161,8 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     ``loss_fn(output, target)``: for a model that does not return its loss; the last of
     ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
     model is called with the others. The search runs on rank 0 and its plan is broadcast.
-    ``timeout``: seconds any collective may wait for a peer (see module doc)."""
+    ``timeout``: seconds any collective may wait for a peer; ``dump_dir``: where to write the
+    lowered program (see module doc)."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
@@ -163,11 +171,43 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     set_timeout(timeout)
     with StepGuard().section("compile"):
         return _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget,
-                        plan, search)
+                        plan, search, dump_dir)
+
+
+def resolver(plan: ParallelPlan, mg):
+    """``resolve(layer, decomposed, strategy)`` for the lowering: the layer's intra-layer ILP
+    solved again on the plan's own cluster, with a warning; a plan that names no cluster (made by
+    hand) is refused with a :class:`PlanError`."""
+    def resolve(layer, dl, st):
+        from galvatron_fx.cost_models import AnalyticCostModel
+        from galvatron_fx.search.intra_layer import solve_intra_layer
+
+        if not plan.cluster:
+            raise PlanError(f"layer {layer.name}: the plan names no placements this torch's nodes match, and no "
+                            "cluster to solve them on: re-plan with galvatron_fx.plan()")
+        log.warning("layer %s: the plan's placements do not name this torch's decomposed nodes; re-solving its "
+                    "intra-layer ILP on the plan's cluster", layer.name)
+        return solve_intra_layer(mg, layer, st.tp, st.sp, AnalyticCostModel(Cluster.from_dict(plan.cluster)),
+                                 decomposed=dl, shard_params=st.tp > 1)
+    return resolve
+
+
+def _my_dump_dir(plan: ParallelPlan, dump_dir):
+    """Where this rank writes its program: rank 0 (in a pipeline, each stage's first rank, under
+    ``stage<k>/``); None on the others."""
+    from pathlib import Path
+
+    if dump_dir is None:
+        return None
+    rank = dist.get_rank()
+    if plan.pp == 1:
+        return Path(dump_dir) if rank == 0 else None
+    stage = next(s for s, ranks in enumerate(plan.stage_ranks) if rank in ranks)
+    return Path(dump_dir) / f"stage{stage}" if rank == plan.stage_ranks[stage][0] else None
 
 
 def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget, plan,
-             search):
+             search, dump_dir=None):
     import galvatron_fx as gfx
 
     world = dist.get_world_size()
@@ -200,8 +240,15 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
     if given:
         _check_given(plan, mg, model, args, kwargs, loss_fn, cluster)
     _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
+    mine = _my_dump_dir(plan, dump_dir)
     if plan.pp > 1:
         from galvatron_fx.runtime.pipeline import PipelineModule
 
-        return PipelineModule(model, mg, plan)
-    return ParallelModule(model, mg, plan)
+        module = PipelineModule(model, mg, plan, resolve=resolver(plan, mg), dump_dir=mine)
+    else:
+        module = ParallelModule(model, mg, plan, resolve=resolver(plan, mg), dump_dir=mine)
+    if mine is not None:
+        from galvatron_fx.passes.dump_program import write_program
+
+        write_program(module.program, mine)
+    return module

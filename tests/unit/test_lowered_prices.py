@@ -1,4 +1,4 @@
-"""``search.runtime_trace``: the runtime's executor of one layer on fake tensors — the collectives
+"""``search.lowered_prices``: one layer's lowered program on fake tensors — the collectives
 it really issues, the activations it keeps, the transient of its backward."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx.search.candidates import OptionCache
-from galvatron_fx.search.runtime_trace import trace_layer
+from galvatron_fx.search.lowered_prices import lowered_price as trace_layer
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """Autograd functions that move a layer's values between layouts without a collective where the
 plan says so: a local ``R | S(d) -> P`` on tp (:func:`_to_partial`), a gradient summed or kept
-in its layout (:class:`_GradInLayout`), a local shard as a DTensor (:class:`_AsDTensor`).
+in its layout (:class:`_GradInLayout`), a local shard as a DTensor (:class:`_AsDTensor`), and a
+dp-replicated value moved on tp whose gradient stays a sum over dp (:func:`_move_on_tp`).
 
 Terms: *storage* placement of a parameter — the plan's placeholder placement on tp, never
-``Partial`` (:func:`_storage`); see :mod:`galvatron_fx.runtime.layer_exec`.
+``Partial`` (:func:`_storage`); see :mod:`galvatron_fx.passes.apply_placements`.
 """
 
 from __future__ import annotations
@@ -118,3 +119,29 @@ class _AsDTensor(torch.autograd.Function):
         if isinstance(dp_p, Replicate) or (isinstance(dp_p, Partial) and dp_p.reduce_op == "avg"):
             local = local / ctx.mesh.size(0)
         return local, None, None, None, None
+
+
+def _move_on_tp(v: DTensor, mesh: DeviceMesh, tp_dst: Placement) -> DTensor:
+    """``v`` (replicated on dp) redistributed to ``tp_dst`` on tp; its gradient comes back in
+    ``v``'s tp placement with its dp placement as it arrives (see :class:`_MoveOnTp`)."""
+    return _MoveOnTp.apply(v, mesh, tp_dst)
+
+
+class _MoveOnTp(torch.autograd.Function):
+    """DTensor's own backward of a redistribute brings the gradient to the *source* placements:
+    a dp-``Replicate`` source (a parameter, stored whole on dp) makes the dp-``Partial``
+    gradient of a batch-sharded reader all-reduced over dp right there, in the layer's backward,
+    and the data-parallel sync of the step sums it again. Here only the tp placement is moved
+    back; a dp-``Partial`` gradient stays partial for the one data-parallel sum the plan prices
+    (DDP's buckets, FSDP's reduce-scatter)."""
+
+    @staticmethod
+    def forward(ctx, v: DTensor, mesh: DeviceMesh, tp_dst: Placement) -> DTensor:
+        ctx.mesh, ctx.tp_src = mesh, v.placements[1]
+        return v.detach().redistribute(mesh, (v.placements[0], tp_dst))
+
+    @staticmethod
+    def backward(ctx, g: DTensor):
+        if isinstance(g, DTensor) and g.placements[1] != ctx.tp_src:
+            g = g.redistribute(ctx.mesh, (g.placements[0], ctx.tp_src))
+        return g, None, None

@@ -1,0 +1,210 @@
+"""The lowered program: the graphs a plan runs, per layer kind and layout, and what they issue.
+
+Contract: :class:`LoweredProgram` is what :func:`galvatron_fx.passes.lower_program.lower` makes
+of a captured model and a plan, and what the runtime executes: per distinct (layer kind,
+strategy, placements, mesh) one :class:`LayerGraphs` — the forward and backward graphs of local
+ATen ops and functional collectives, with the layouts of their inputs and outputs — per layer
+one :class:`LoweredLayer` naming its graphs, its stage and the data-parallel collectives of its
+parameters, per stage a step graph (:attr:`LoweredProgram.stages`: the layers' forward and
+backward calls in order, with the FSDP gathers and reduce-scatters, the gradient buckets and
+the pipeline sends and receives as named nodes), and the gradient buckets. The records depend
+on nothing but ``torch``; :func:`collectives_of` reads a graph's collectives.
+
+Terms: a :class:`CollectiveRecord` is one collective as the cost model prices it: ``op``
+(``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``), ``group_size`` ranks,
+``bytes`` by the cost model's convention (an all-gather's gathered output, an all-to-all's
+whole tensor, else its input), ``phase`` ``fwd`` or ``bwd``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+__all__ = ["CollectiveRecord", "LayerGraphs", "LoweredLayer", "LoweredProgram", "collectives_of",
+           "same_collectives"]
+
+# functional collective -> the cost model's name (and whether its bytes count the whole group)
+FUNCTIONAL_COLLECTIVES = {
+    "all_reduce": ("all_reduce", False), "all_reduce_coalesced": ("all_reduce", False),
+    "all_gather_into_tensor": ("all_gather", True), "all_gather_into_tensor_coalesced": ("all_gather", True),
+    "reduce_scatter_tensor": ("reduce_scatter", False), "reduce_scatter_tensor_coalesced": ("reduce_scatter", False),
+    "all_to_all_single": ("all_to_all", True),
+}
+
+
+@dataclass(frozen=True, order=True)
+class CollectiveRecord:
+    """One collective a graph issues or a plan prices (see module doc)."""
+
+    phase: str
+    op: str
+    group_size: int
+    bytes: int
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "group_size": self.group_size, "bytes": self.bytes}
+
+
+def _group_size(name: Any) -> int:
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name).size()
+
+
+def collectives_of(gm: fx.GraphModule, phase: str) -> list[CollectiveRecord]:
+    """The functional collectives of ``gm``, in graph order (fake or real values in
+    ``node.meta["val"]``; a coalesced collective counts once per tensor)."""
+    out = []
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or getattr(t, "namespace", None) != "_c10d_functional":
+            continue
+        name = t._opname
+        if name not in FUNCTIONAL_COLLECTIVES:
+            continue
+        op, whole = FUNCTIONAL_COLLECTIVES[name]
+        src = n.args[0]
+        group = n.args[-1]
+        size = _group_size(group)
+        for x in (src if isinstance(src, (list, tuple)) else [src]):
+            v = x.meta.get("val") if isinstance(x, fx.Node) else None
+            if not isinstance(v, torch.Tensor):
+                continue
+            nbytes = v.numel() * v.element_size()
+            out.append(CollectiveRecord(phase, op, size, nbytes * size if whole else nbytes))
+    return out
+
+
+def same_collectives(a, b, *, ignore_trivial: bool = True) -> bool:
+    """Whether two lists of :class:`CollectiveRecord` hold the same collectives (as multisets;
+    ``ignore_trivial``: collectives over one rank, which move nothing, do not count)."""
+    def key(rs):
+        return Counter(r for r in rs if not (ignore_trivial and r.group_size <= 1))
+    return key(a) == key(b)
+
+
+@dataclass(eq=False)
+class LayerGraphs:
+    """The lowered graphs of one layer kind under one layout (see module doc). Filled by the
+    lowering's passes in turn; ``name`` is the first layer that runs them."""
+
+    name: str
+    kind: str
+    key: tuple
+    decomposed: Any = None  # DecomposedLayer
+    option: Any = None  # LayerOption
+    strategy: Any = None  # LayerStrategy
+    fqns: dict = field(default_factory=dict)
+    compute_dtype: torch.dtype | None = None
+    param_dtype: torch.dtype | None = None
+    trace: Any = None  # passes.apply_placements.Trace: layouts, out_grad, the joint graph
+    joint: fx.GraphModule | None = None
+    fw: fx.GraphModule | None = None
+    bw: fx.GraphModule | None = None
+    simple: bool = True  # the graphs have the form the runtime calls directly (hoist_saved_collectives)
+    hoisted: list = field(default_factory=list)  # (saved index, reduce op, group name)
+    recompute: str = "none"
+    recompute_bw: fx.GraphModule | None = None  # the backward as it runs under full recomputation
+    param_names: list = field(default_factory=list)  # FQNs, in the graphs' parameter order
+    # per parameter, in that order: (FQN, tp storage placement, global shape, dtype, requires grad)
+    param_meta: list = field(default_factory=list)
+    timings_s: dict = field(default_factory=dict)
+    mismatches: list = field(default_factory=list)
+    fw_collectives: list = field(default_factory=list)
+    bw_collectives: list = field(default_factory=list)
+
+    def graphs(self) -> dict[str, fx.GraphModule]:
+        """What the pass runner lints and dumps."""
+        out = {}
+        for name in ("joint",) if self.fw is None else ("fw", "bw", "recompute_bw"):
+            gm = getattr(self, name)
+            if gm is not None:
+                out[name] = gm
+        return out
+
+
+@dataclass
+class LoweredLayer:
+    """One layer of the plan as the program runs it."""
+
+    name: str
+    kind: str
+    stage: int
+    strategy: Any  # LayerStrategy
+    dp: int
+    graphs: LayerGraphs
+    param_names: list = field(default_factory=list)  # FQNs, in the order its graphs take them
+    option_source: str = "plan"  # "plan" | "tp1" (all replicated, none saved) | "re-solved"
+    fw_dp: list = field(default_factory=list)  # FSDP gathers before the forward
+    bw_dp: list = field(default_factory=list)  # FSDP gathers and reduce-scatters of the backward
+    step_dp: list = field(default_factory=list)  # DDP: its gradients' bytes in the stage's buckets
+
+    @property
+    def fw_collectives(self) -> list[CollectiveRecord]:
+        return list(self.graphs.fw_collectives) + list(self.fw_dp)
+
+    @property
+    def bw_collectives(self) -> list[CollectiveRecord]:
+        return list(self.graphs.bw_collectives) + list(self.bw_dp)
+
+
+@dataclass
+class GradBucket:
+    """One fused all-reduce of data-parallel gradients: the parameters it sums, in order."""
+
+    stage: int
+    group_size: int
+    bytes: int
+    params: list[str]
+    after_layer: str  # the layer whose backward completes it
+
+
+@dataclass
+class LoweredProgram:
+    """A plan, lowered (see module doc)."""
+
+    plan: Any  # ParallelPlan
+    layers: list[LoweredLayer] = field(default_factory=list)
+    layer_graphs: dict[tuple, LayerGraphs] = field(default_factory=dict)
+    buckets: list[GradBucket] = field(default_factory=list)
+    stages: dict[int, fx.GraphModule] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def graph_of(self, name: str) -> LayerGraphs:
+        return next(lay.graphs for lay in self.layers if lay.name == name)
+
+    def graphs(self) -> dict[str, fx.GraphModule]:
+        """What the pass runner lints and dumps: the stages' step graphs."""
+        return {f"stage{s}": gm for s, gm in self.stages.items()}
+
+
+# ---- the step graph's operations: named nodes, never run -------------------------------------
+
+def _marker(name: str, doc: str):
+    def op(*args):
+        raise RuntimeError(f"{name} is a node of a lowered program's step graph, for reading; it does not run")
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op.__module__ = "gfx"
+    return op
+
+
+layer_forward = _marker("layer_forward", "A layer's forward graph, on its inputs (its parameters implied).")
+layer_backward = _marker("layer_backward", "A layer's backward graph (a recomputed layer's forward again first).")
+send = _marker("send", "Send a value to another pipeline stage (point-to-point).")
+recv = _marker("recv", "Receive a value from another pipeline stage (point-to-point).")
+send_grad = _marker("send_grad", "Send a value's gradient back to the stage that made it.")
+recv_grad = _marker("recv_grad", "Receive a value's gradient from the stage that read it.")
+fsdp_all_gather = _marker("fsdp_all_gather", "FSDP: gather a layer's sharded parameters over dp.")
+fsdp_reduce_scatter = _marker("fsdp_reduce_scatter", "FSDP: reduce-scatter a layer's gradients over dp.")
+all_reduce_bucket = _marker("all_reduce_bucket", "DDP: sum one bucket of gradients over dp.")
+
+
+def _getitem(value, k: int):
+    """One output of a layer with several."""
+    raise RuntimeError("a step-graph node, for reading; it does not run")

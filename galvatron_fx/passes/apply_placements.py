@@ -1,0 +1,457 @@
+"""apply_placements — one layer run under its intra-layer plan with DTensor, and traced.
+
+Contract: :class:`PlacedLayer` takes a :class:`~galvatron_fx.passes.decompose_layer.DecomposedLayer`
+traced at the *runtime* micro-batch shape (view/reshape arguments are global shapes, and DTensor
+ops take global shapes), the :class:`~galvatron_fx.ir.layer_option.LayerOption` solved for it
+(one placement per decomposed node on the ``tp`` mesh axis) and a 2-D device mesh with
+``mesh_dim_names == ("dp", "tp")``. :meth:`PlacedLayer._interpret` runs the layer on DTensors
+laid out as :meth:`PlacedLayer.input_placements` says and returns DTensors; the runtime's
+executor (:class:`~galvatron_fx.runtime.layer_exec.LayerExecutor`) is a ``PlacedLayer`` that
+holds the parameters. :func:`apply_placements_pass`, the first pass of the lowering
+(:mod:`galvatron_fx.passes.lower_program`), traces a ``PlacedLayer`` on fake tensors into the
+joint forward-backward graph of local ATen ops and functional collectives that will run.
+
+Terms: *storage* placement of a parameter: ``(Replicate on dp, the plan's placeholder placement
+on tp)``, never ``Partial`` (a planned ``P`` is stored replicated). Activations are
+batch-sharded on dp (``Shard(0)``); values every layer reads (role ``other``: rotary tables,
+masks) are replicated.
+
+Algorithm: an interpreter over the decomposed graph. Before each node, every tensor input is
+redistributed to ``(its current dp placement, the plan's tp placement)``; the dp placement is
+left to DTensor's propagation. A value redistributed to the same layout for several readers is
+redistributed once (the plan charges it once). A planned ``Partial`` input (``R -> P`` or
+``S(d) -> P`` on tp, which DTensor's ``redistribute`` refuses) is made locally
+(:func:`~galvatron_fx.passes.layout_autograd._to_partial`), with no collective. The op then runs
+on DTensors (the rules we add for kernels DTensor has none for: :mod:`galvatron_fx.shardings`);
+its output tp placement is checked against the plan (:attr:`PlacedLayer.mismatches`). Each value
+a node makes has its partial gradient summed once, where it is made
+(:func:`~galvatron_fx.passes.layout_autograd._sum_grad_here`). The trace: AOTAutograd over a
+function of *local* tensors (parameters as local shards, inputs wrapped with ``from_local`` in
+their recorded layouts), so that DTensor's propagation and redistribution, forward and backward,
+happen at trace time and only local ops and functional collectives remain.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import Placement
+from torch.utils._pytree import tree_flatten, tree_map
+
+from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
+from galvatron_fx import vocab_parallel
+from galvatron_fx.ir.layer_option import LayerOption
+from galvatron_fx.ir.placements import NodePlacement, pstr
+from galvatron_fx.passes.decompose_layer import DecomposedLayer
+from galvatron_fx.passes.layout_autograd import _AsDTensor, _move_on_tp, _storage, _sum_grad_here, _to_partial
+from galvatron_fx.passes.runner import PassContext, graph_pass
+
+__all__ = ["IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_placed"]
+
+aten = torch.ops.aten
+IGNORED = {aten._assert_tensor_metadata.default}
+R = Replicate()
+
+
+def tensor_args(n: fx.Node) -> list[fx.Node]:
+    return [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
+
+
+def _kwargs_follow_dp(args, kwargs: dict, mesh: DeviceMesh) -> dict:
+    """Keyword tensor arguments laid out on dp like the op's first positional DTensor, where
+    they have its rank and its size on the dim it is sharded on, else replicated: DTensor
+    redistributes positional arguments only, so an attention mask (``attn_mask=`` of the SDPA
+    kernels, made replicated from factories) would otherwise meet a batch-sharded query with
+    its whole batch. A redistribute to a shard is a local slice."""
+    ref = next((a for a in tree_flatten(args)[0] if isinstance(a, DTensor)), None)
+    if ref is None:
+        return kwargs
+    ref_dp = ref.placements[0]
+
+    def follow(v):
+        if not isinstance(v, DTensor) or v.ndim != ref.ndim or v.device_mesh is not ref.device_mesh:
+            return v
+        want = ref_dp if isinstance(ref_dp, Shard) and v.shape[ref_dp.dim] == ref.shape[ref_dp.dim] else R
+        if v.placements[0] == want:
+            return v
+        return v.redistribute(mesh, (want, *v.placements[1:]))
+
+    return {k: follow(v) for k, v in kwargs.items()}
+
+
+def written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
+    """``(op, argument)`` pairs the interpreter must pass as they are: an argument an op writes in
+    place, and along its chain of views the base each view reads. Redistributing any of them
+    would hand the op a copy, and the write would be lost (``ids.new_zeros(...)`` filled through
+    ``[..., 1:] = labels[..., :-1]``: T5's decoder-input shift)."""
+    out: set[tuple[fx.Node, fx.Node]] = set()
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+            continue
+        for a, arg in zip(n.args, t._schema.arguments):
+            if not (isinstance(a, fx.Node) and arg.alias_info is not None and arg.alias_info.is_write):
+                continue
+            user, base = n, a
+            while True:
+                out.add((user, base))
+                bt = base.target
+                if base.op != "call_function" or not isinstance(bt, torch._ops.OpOverload) or not bt.is_view \
+                        or not base.args or not isinstance(base.args[0], fx.Node):
+                    break
+                user, base = base, base.args[0]
+    return out
+
+
+def _calls(dl: DecomposedLayer) -> list[fx.Node]:
+    return [n for n in dl.gm.graph.nodes if n.op == "call_function" and n.target not in IGNORED
+            and n.target is not operator.getitem]
+
+
+def option_from_plan(dl: DecomposedLayer, kind: str, strategy, placements: dict[str, str]) -> LayerOption | None:
+    """The :class:`LayerOption` the executor needs, rebuilt from a plan's saved placements; an
+    all-replicated one at tp=1. Nodes the placements do not name that only cast a value (the
+    compute-dtype graph's upcasts, which the fp32 graph the plan was made on lacks) keep their
+    input's placement; None when other decomposed nodes are not named."""
+    tp = strategy.tp
+    needed = [ph.name for ph in dl.inputs] + [n.name for n in _calls(dl)]
+    if tp == 1 and not placements:
+        placements = {ph.name: "->R" for ph in dl.inputs}
+        placements |= {n.name: ",".join("R" for _ in tensor_args(n)) + "->R" for n in _calls(dl)}
+    if any(n not in placements for n in needed):
+        placements = _with_casts_following(dl, placements)
+        if placements is None:
+            return None
+    return LayerOption(kind=kind, tp=tp, sp=strategy.sp, placements=dict(placements), compute_s=0.0,
+                       compute_ratio=1.0 / tp, comm_fwd_s=0.0, comm_bwd_s=0.0, param_fraction=1.0,
+                       activation_fraction=1.0, comm=(), input_layout=(), output_layout=(),
+                       objective_s=0.0, solve_s=0.0, num_variables=0)
+
+
+# ops that change a value's dtype or identity but not its layout: a plan made on the fp32 graph
+# names none of those the compute-dtype graph adds (a norm's upcast, vanishing in fp32), and each
+# simply keeps its input's placement
+_FOLLOWERS = {aten._to_copy.default, aten.clone.default, aten.detach.default, aten.alias.default}
+
+
+def _with_casts_following(dl: DecomposedLayer, placements: dict[str, str]) -> dict[str, str] | None:
+    """``placements`` completed for the nodes it does not name, when each is a cast-like op of
+    one tensor (:data:`_FOLLOWERS`); None when another is missing. A cast keeps its input's
+    placement, except an upcast (to a wider dtype: a norm's ``x.float()``), which takes the
+    placement its first reader wants, so that a redistribution moves the narrower tensor."""
+    out = dict(placements)
+    made: dict[str, list[str]] = {}  # node -> its planned output placements
+
+    def placed(a: fx.Node) -> str | None:
+        if a.op == "call_function" and a.target is operator.getitem:
+            src, k = a.args
+            outs = made.get(src.name)
+            return outs[k] if outs is not None and k < len(outs) else None
+        outs = made.get(a.name)
+        return outs[0] if outs else None
+
+    def wanted(n: fx.Node) -> str | None:
+        for user in n.users:
+            s = out.get(user.name)
+            if s is not None:
+                ins = s.split("->")[0].split(",")
+                for a, p in zip(tensor_args(user), ins):
+                    if a is n:
+                        return p
+        return None
+
+    def upcast(n: fx.Node, a: fx.Node) -> bool:
+        v, w = n.meta.get("val"), a.meta.get("val")
+        return isinstance(v, torch.Tensor) and isinstance(w, torch.Tensor) and v.element_size() > w.element_size()
+
+    for n in dl.gm.graph.nodes:
+        if n.op == "placeholder" or (n.op == "call_function" and n.target not in IGNORED
+                                     and n.target is not operator.getitem):
+            if n.name not in out:
+                args = tensor_args(n)
+                if not (n.op == "call_function" and n.target in _FOLLOWERS and len(args) == 1):
+                    return None
+                p = placed(args[0])
+                if upcast(n, args[0]):
+                    p = wanted(n) or p
+                if p is None or p == "-":
+                    return None
+                out[n.name] = f"{p}->{p}"
+            made[n.name] = out[n.name].split("->")[1].split(",")
+    return out
+
+
+class PlacedLayer:
+    """One decomposed layer under its plan on a ``(dp, tp)`` mesh (see module doc).
+
+    ``fqns`` maps the decomposed layer's parameter input names (``dl.input_names``) to the
+    user's FQNs; a parameter's *key* is its FQN with ``.`` as ``__`` (tied placeholders share
+    one). ``replicate_plain`` (the runtime's and the lowering's choice): a factory op's plain
+    tensor output (``arange`` of positions, ``full`` of a mask) becomes a replicated DTensor, so
+    that later ops do not mix plain tensors and DTensors.
+    """
+
+    replicate_plain = True
+
+    def __init__(self, dl: DecomposedLayer, option: LayerOption, mesh: DeviceMesh,
+                 fqns: dict[str, str] | None = None):
+        assert mesh.ndim == 2 and mesh.mesh_dim_names == ("dp", "tp"), \
+            f"a placed layer needs a 2-D mesh named ('dp', 'tp'), got {mesh.mesh_dim_names}"
+        assert mesh.size(1) == option.tp, f"mesh tp={mesh.size(1)} but the plan is for tp={option.tp}"
+        self.gm = dl.gm
+        self.mesh = mesh
+        self.option = option
+        self._plan = {n: NodePlacement.parse(s) for n, s in option.placements.items()}
+        self._in_place = written_through(self.gm)
+        fqns = fqns or {}
+        self._param_of: dict[str, str] = {}  # decomposed placeholder -> parameter key
+        self._inputs: list[tuple[fx.Node, str]] = []  # non-parameter placeholders, with roles
+        self.input_names: list[str] = []  # the values they read (the captured graph's names)
+        self.input_grads: list[bool] = []  # which require grad in training
+        self.param_keys: dict[str, tuple[str, str, fx.Node]] = {}  # key -> (FQN, input name, first placeholder)
+        grads = dl.input_grads or [True] * len(dl.inputs)
+        for ph, name, role, grad in zip(dl.inputs, dl.input_names, dl.input_roles, grads):
+            if role != "param":
+                self._inputs.append((ph, role))
+                self.input_names.append(name)
+                self.input_grads.append(grad)
+                continue
+            fqn = fqns.get(name, name)
+            key = fqn.replace(".", "__")
+            self._param_of[ph.name] = key
+            self.param_keys.setdefault(key, (fqn, name, ph))
+        self.mismatches: set[str] = set()  # planned vs. DTensor's output placements, if any differ
+        self.compute_dtype: torch.dtype | None = None  # mixed precision: parameters are read in this dtype
+        # key -> (tp storage placement, global shape, global stride)
+        self._meta = {k: (_storage(self._plan[ph.name].outputs[0]), tuple(ph.meta["val"].shape), ph.meta["val"].stride())
+                      for k, (_, _, ph) in self.param_keys.items()}
+
+    # -- layouts -----------------------------------------------------------------------------
+
+    def input_placements(self, batched: set[str] | frozenset = frozenset()) -> list[tuple[Placement, Placement]]:
+        """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order: a
+        hidden state from another layer, or a value named in ``batched`` (user inputs, values
+        whose dim 0 is the batch), is batch-sharded on dp."""
+        out = []
+        for (ph, role), name in zip(self._inputs, self.input_names):
+            tp_p = self._plan[ph.name].outputs[0]
+            batch = (role == "activation" or name in batched) and ph.meta["val"].ndim >= 1
+            out.append((Shard(0) if batch else R, tp_p))
+        return out
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _param(self, key: str, local: torch.Tensor | None = None) -> DTensor:
+        """The parameter ``key`` as the graph reads it, a ``(Replicate, tp)`` DTensor, from its
+        local shard ``local`` (a hook: the runtime's executor reads its own storage)."""
+        tp_p, shape, stride = self._meta[key]
+        return _AsDTensor.apply(self._cast(local), self.mesh, tp_p, shape, stride)
+
+    def _cast(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in the compute dtype (mixed precision: a differentiable copy, whose gradient
+        comes back in the parameter's dtype)."""
+        dtype = self.compute_dtype
+        return t if dtype is None or not t.is_floating_point() or t.dtype == dtype else t.to(dtype)
+
+    def _interpret(self, xs, params: dict | None = None):
+        """Run the decomposed graph op by op on DTensors (``params``: key -> local shard, read
+        in place of the holder's own)."""
+        env: dict[fx.Node, object] = {}
+        moved: dict[tuple[str, tuple], DTensor] = {}  # one redistribute per (value, layout)
+        given = dict(zip((ph for ph, _ in self._inputs), xs))
+        for n in self.gm.graph.nodes:
+            if n.op == "placeholder":
+                if n.name in self._param_of:
+                    key = self._param_of[n.name]
+                    env[n] = self._param(key, None if params is None else params[key])
+                else:
+                    env[n] = given[n]
+            elif n.op == "call_function":
+                if n.target in IGNORED:
+                    env[n] = None
+                elif n.target is operator.getitem:
+                    src, idx = n.args
+                    env[n] = env[src][idx]
+                else:
+                    env[n] = self._run(n, env, moved)
+            elif n.op == "get_attr":
+                env[n] = distribute_tensor(getattr(self.gm, n.target), self.mesh, [R, R], src_data_rank=None)
+            elif n.op == "output":
+                return tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args[0])
+        raise AssertionError("decomposed graph without output")
+
+    def _run(self, n: fx.Node, env: dict, moved: dict):
+        want_in, want_out = self._plan[n.name].inputs, self._plan[n.name].outputs
+        targs = tensor_args(n)
+        assert len(want_in) == len(targs), f"plan {self.option.placements[n.name]!r} vs {n.format_node()}"
+        want = dict(zip(targs, want_in))
+
+        def load(a):
+            if not isinstance(a, fx.Node):
+                return a
+            v = env[a]
+            if not isinstance(v, DTensor):
+                return v
+            dst = (v.placements[0], want[a])
+            if tuple(v.placements) == dst or (n, a) in self._in_place:
+                return v  # (a value written in place, or a view of one, must stay that tensor)
+            key = (a.name, dst)
+            if key not in moved:
+                if isinstance(want[a], Partial):
+                    moved[key] = _to_partial(v, self.mesh)
+                elif isinstance(v.placements[0], Replicate) and v.requires_grad:
+                    moved[key] = _move_on_tp(v, self.mesh, want[a])  # (its gradient stays a dp sum)
+                else:
+                    moved[key] = v.redistribute(self.mesh, dst)
+            return moved[key]
+
+        args = fx.node.map_aggregate(n.args, load)
+        kwargs = fx.node.map_aggregate(n.kwargs, load)
+        if kwargs:
+            kwargs = _kwargs_follow_dp(args, kwargs, self.mesh)
+        if vocab_parallel.runs(n, tuple(want_in), args):  # class-sharded, or a mean over split rows
+            out = vocab_parallel.run(n, args, kwargs, axis=1)
+        else:
+            out = n.target(*args, **kwargs)
+        got = [o.placements[1] if isinstance(o, DTensor) else None
+               for o in (out if isinstance(out, (tuple, list)) else [out])]
+        for g, w in zip(got, want_out):
+            if g is not None and w is not None and g != w:
+                self.mismatches.add(f"{n.name}: planned {pstr(w)}, DTensor gave {pstr(g)}")
+        if self.mesh.size(1) > 1 and torch.is_grad_enabled():
+            if isinstance(out, DTensor):
+                out = _sum_grad_here(out)
+            elif isinstance(out, (tuple, list)):
+                out = type(out)(_sum_grad_here(o) if isinstance(o, DTensor) else o for o in out)
+        if self.replicate_plain and isinstance(out, torch.Tensor) and not isinstance(out, DTensor):
+            out = DTensor.from_local(out, self.mesh, [R, R], run_check=False)
+        return out
+
+    # -- the function the lowering traces --------------------------------------------------------
+
+    def local_function(self, in_specs, record):
+        """``f(*param_shards, *input_locals) -> flat local outputs``: the layer on local tensors,
+        inputs wrapped in the layouts ``in_specs()`` gives (``(placements, shape, stride)`` each),
+        outputs unwrapped; ``record`` (a :class:`Trace`, or the runtime's holder) receives the
+        outputs' layouts and non-tensor leaves while it is traced."""
+        keys = list(self.param_keys)
+        n = len(keys)
+
+        def traced(*flat):
+            xs = [DTensor.from_local(x, self.mesh, pl, run_check=False, shape=sh, stride=st)
+                  for x, (pl, sh, st) in zip(flat[n:], in_specs())]
+            outs = self._interpret(xs, dict(zip(keys, flat[:n])))
+            leaves, record.out_tree = tree_flatten(outs)
+            record.out_specs, record.out_consts, ret = [], {}, []
+            for i, o in enumerate(leaves):
+                if isinstance(o, DTensor):
+                    record.out_specs.append((tuple(o.placements), o.shape, o.stride()))
+                    ret.append(o.to_local())
+                elif isinstance(o, torch.Tensor):
+                    record.out_specs.append(None)
+                    ret.append(o)
+                else:
+                    record.out_consts[i] = o
+            return tuple(ret)
+
+        return traced
+
+
+@dataclass
+class Trace:
+    """What tracing a placed layer records beside its graphs: the layouts of its inputs and
+    outputs, which outputs need a gradient, and the outputs that are not tensors."""
+
+    in_specs: list = field(default_factory=list)  # per input: (placements, shape, stride)
+    in_dtypes: list = field(default_factory=list)
+    out_specs: list = field(default_factory=list)  # per flat tensor output: (placements, shape, stride) | None
+    out_tree: object = None
+    out_consts: dict = field(default_factory=dict)
+    out_grad: list = field(default_factory=list)
+    joint: fx.GraphModule | None = None
+    joint_inputs: object = None
+    num_fwd_outputs: int = 0
+    aot_graphs: dict = field(default_factory=dict)  # "fw"/"bw" -> what AOTAutograd's compilers got
+
+
+def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtype | None,
+                requires_grad: bool) -> torch.Tensor:
+    """This rank's local piece of a (fake) tensor like ``v`` laid out as ``placements``."""
+    dt = dtype if dtype is not None and v.is_floating_point() else v.dtype
+    full = torch.empty(tuple(v.shape), dtype=dt) if dt.is_floating_point else torch.zeros(tuple(v.shape), dtype=dt)
+    local = distribute_tensor(full, mesh, list(placements), src_data_rank=None).to_local()
+    return local.detach().requires_grad_(requires_grad and dt.is_floating_point)
+
+
+def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, batched: set[str] = frozenset(),
+                 param_dtype: torch.dtype | None = None) -> Trace:
+    """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph,
+    and the graphs AOTAutograd's partitioner made of it. Parameters are read as fake local
+    shards of their captured dtype (``param_dtype``: another), those whose FQN is in
+    ``trainable`` (default: all) requiring grad; inputs in the compute dtype, laid out as
+    :meth:`PlacedLayer.input_placements` says for ``batched``."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._functorch.partitioners import default_partition
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    rec = Trace()
+    for (ph, _role), pl in zip(placed._inputs, placed.input_placements(batched)):
+        v = ph.meta["val"]
+        dt = placed.compute_dtype if placed.compute_dtype is not None and v.is_floating_point() else v.dtype
+        rec.in_specs.append((tuple(pl), v.shape, torch.empty(tuple(v.shape), device="meta").stride()))
+        rec.in_dtypes.append(dt)
+    fn = placed.local_function(lambda: rec.in_specs, rec)
+
+    def partition(joint, joint_inputs, *, num_fwd_outputs, **kw):
+        rec.joint, rec.joint_inputs, rec.num_fwd_outputs = joint, joint_inputs, num_fwd_outputs
+        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+
+    def compiler(slot):
+        def keep(gm, _example_inputs):
+            rec.aot_graphs[slot] = gm
+            return make_boxed_func(gm.forward)
+        return keep
+
+    traced = aot_function(fn, compiler("fw"), compiler("bw"), partition_fn=partition)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        params = []
+        for key, (fqn, _, ph) in placed.param_keys.items():
+            v = ph.meta["val"]
+            dt = param_dtype if param_dtype is not None and v.is_floating_point() else None
+            grad = trainable is None or fqn in trainable
+            params.append(_fake_local(v, placed.mesh, (R, placed._meta[key][0]), dt, grad))
+        xs = [_fake_local(ph.meta["val"], placed.mesh, pl, dt, grad)
+              for (ph, _), pl, dt, grad in zip(placed._inputs, [s[0] for s in rec.in_specs], rec.in_dtypes,
+                                               placed.input_grads)]
+        outs = traced(*params, *xs)
+        rec.out_grad = [t.requires_grad for t in outs]
+        need = [o for o in outs if o.requires_grad]
+        if need:  # AOTAutograd compiles the backward at the first backward
+            torch.autograd.backward(need, [torch.ones_like(o) for o in need])
+    return rec
+
+
+@graph_pass(requires=("decomposed",), produces=("joint",))
+def apply_placements_pass(prog, ctx: PassContext):
+    """Lay the layer out as its plan says and trace it (see module doc): ``prog``
+    (:class:`~galvatron_fx.ir.program.LayerGraphs`) gains its joint graph and layouts."""
+    placed = PlacedLayer(prog.decomposed, prog.option, ctx.mesh, prog.fqns)
+    placed.compute_dtype = prog.compute_dtype
+    trainable = {p.name for p in ctx.graph.params.values() if p.requires_grad} if ctx.graph is not None else None
+    mg = ctx.graph
+    batched = (set(mg.input_names) | set(mg.batched)) if mg is not None else set()
+    rec = trace_placed(placed, trainable=trainable, batched=batched, param_dtype=prog.param_dtype)
+    prog.trace = rec
+    prog.joint = rec.joint
+    prog.mismatches = sorted(placed.mismatches)
+    prog.param_names = [fqn for fqn, _, _ in placed.param_keys.values()]
+    trainable = trainable if trainable is not None else set(prog.param_names)
+    prog.param_meta = [(fqn, pstr(placed._meta[key][0]), tuple(ph.meta["val"].shape), ph.meta["val"].dtype,
+                        bool(ph.meta["val"].is_floating_point() and fqn in trainable))
+                       for key, (fqn, _, ph) in placed.param_keys.items()]
+    return prog

@@ -1,0 +1,165 @@
+"""lower — a plan applied to a captured model by graph passes: the program the runtime executes.
+
+Contract: :func:`lower` takes a :class:`~galvatron_fx.ir.graph.ModelGraph` captured at the
+plan's per-micro-batch global shape and a :class:`~galvatron_fx.ir.plan.ParallelPlan`; returns a
+:class:`~galvatron_fx.ir.program.LoweredProgram`. It needs no process group: without
+``mesh_of``, layers are laid out on meshes of a stand-in ("fake") process group in this
+process, as rank 0 sees them; the runtime passes its real meshes (``mesh_of(stage, dp, tp)``)
+and gets this rank's program. Nothing is sent anywhere and the captured graph is not changed;
+with ``dump_dir`` the runner writes every pass's graphs before and after under it.
+
+Algorithm: per distinct (layer kind, placements, recomputation, ``(dp, tp)``, dtype) one
+:class:`~galvatron_fx.ir.program.LayerGraphs`, made by the layer passes in order, each checked
+by the runner (:mod:`galvatron_fx.passes.runner`):
+
+1. ``apply_placements`` — the layer laid out as the plan says and traced with DTensor into the
+   joint forward-backward graph of local ops and functional collectives;
+2. ``partition_graphs`` — forward and backward;
+3. ``clean_up_graphs`` — no dead ops or identity views; the collectives recorded;
+4. ``hoist_saved_collectives`` — small saved-value all-reduces taken out of the backward, to be
+   launched from forward;
+5. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
+
+Then the program passes: ``bucket_gradients`` (the fused data-parallel communication: DDP
+buckets, FSDP gathers and reduce-scatters per layer) and ``split_stages`` (per stage, the step
+graph with its pipeline sends and receives). A plan whose saved placements do not name this
+torch's decomposed nodes is re-solved by ``resolve(layer, decomposed, strategy)`` when given
+(:func:`galvatron_fx.compile` passes one that solves on the plan's own cluster, with a
+warning), else refused with a :class:`~galvatron_fx.errors.PlanError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.placements import check_layer_placements
+from galvatron_fx.ir.program import LayerGraphs, LoweredLayer, LoweredProgram
+from galvatron_fx.passes.apply_placements import apply_placements_pass, option_from_plan
+from galvatron_fx.passes.bucket_gradients import bucket_gradients_pass
+from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_collectives_pass
+from galvatron_fx.passes.mark_recompute import mark_recompute_pass
+from galvatron_fx.passes.partition_graphs import partition_graphs_pass
+from galvatron_fx.passes.runner import PassContext, run_passes
+from galvatron_fx.passes.split_stages import split_stages_pass
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "lower", "lower_layer"]
+
+LAYER_PASSES = (apply_placements_pass, partition_graphs_pass, clean_up_graphs_pass, hoist_saved_collectives_pass,
+                mark_recompute_pass)
+PROGRAM_PASSES = (bucket_gradients_pass, split_stages_pass)
+
+_FAKE_MESHES: dict[tuple[int, int], object] = {}
+_FAKE_WORLD = 1 << 16
+
+
+def fake_mesh(dp: int, tp: int):
+    """A ``(dp, tp)`` mesh of the stand-in process group (created if this process has none)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if (dp, tp) in _FAKE_MESHES:
+        return _FAKE_MESHES[(dp, tp)]
+    if not dist.is_initialized():
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=_FAKE_WORLD)
+    elif dist.get_backend() != "fake":
+        raise PlanError("lowering without meshes needs a process with no process group (it makes a stand-in "
+                        "one); in a distributed job, pass mesh_of=, or let galvatron_fx.compile() lower")
+    if dp * tp > dist.get_world_size():
+        raise PlanError(f"dp={dp} × tp={tp} is larger than the stand-in process group ({dist.get_world_size()})")
+    mesh = DeviceMesh("cpu", torch.arange(dp * tp).view(dp, tp), mesh_dim_names=("dp", "tp"))
+    _FAKE_MESHES[(dp, tp)] = mesh
+    return mesh
+
+
+def _param_fqns(mg: ModelGraph, dl: DecomposedLayer) -> list[str]:
+    """The FQNs of the parameters a layer's graphs take, in their order (a tied one once)."""
+    fqn_of = {node: fqn for fqn, p in mg.params.items() for node in p.nodes}
+    out: list[str] = []
+    for name, role in zip(dl.input_names, dl.input_roles):
+        fqn = fqn_of.get(name, name)
+        if role == "param" and fqn not in out:
+            out.append(fqn)
+    return out
+
+
+def _compute_dtype(plan) -> torch.dtype | None:
+    """The dtype parameters are read in and activations kept in, where not fp32."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(plan, "precision", "fp32")))
+
+
+def lower_layer(mg: ModelGraph, layer, option, strategy, mesh, *, decomposed: DecomposedLayer | None = None,
+                compute_dtype: torch.dtype | None = None, dump_dir: Path | None = None,
+                key: tuple = ()) -> LayerGraphs:
+    """One layer under ``option`` and ``strategy`` on ``mesh``, lowered by :data:`LAYER_PASSES`;
+    ``compute_dtype`` (mixed precision: ``mg`` captured in it): parameters are fp32, read in it."""
+    dl = decomposed or decompose_layer(mg, layer)
+    fqns = {node: fqn for fqn, p in mg.params.items() for node in p.nodes}
+    prog = LayerGraphs(name=layer.name, kind=layer.kind, key=key, decomposed=dl, option=option, strategy=strategy,
+                       fqns=fqns, compute_dtype=compute_dtype,
+                       param_dtype=torch.float32 if compute_dtype is not None else None)
+    ctx = PassContext(graph=mg, mesh=mesh, dump_dir=dump_dir, produced={"decomposed"})
+    prog = run_passes(LAYER_PASSES, prog, ctx)
+    prog.timings_s = dict(ctx.timings_s)
+    return prog
+
+
+def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: str | Path | None = None,
+          resolve: Callable | None = None, layers=None) -> LoweredProgram:
+    """The program ``plan`` runs on ``mg`` (see module doc); ``layers``: only these layer
+    indices (a pipeline chunk), else all."""
+    t0 = time.perf_counter()
+    if len(plan.layers) != len(mg.layers) or any(lp.name != l.name for lp, l in zip(plan.layers, mg.layers)):
+        raise PlanError(f"plan {plan.model!r} names other layers than the captured model: "
+                        f"{[lp.name for lp in plan.layers][:6]} vs {[l.name for l in mg.layers][:6]}; re-plan")
+    dump = Path(dump_dir) if dump_dir is not None else None
+    mesh_of = mesh_of or (lambda stage, dp, tp: fake_mesh(dp, tp))
+    dtype = _compute_dtype(plan)
+    program = LoweredProgram(plan=plan)
+    decomposed: dict[str, DecomposedLayer] = {}
+    for i in (range(len(mg.layers)) if layers is None else layers):
+        layer, lp = mg.layers[i], plan.layers[i]
+        st = lp.strategy
+        if layer.kind not in decomposed:
+            decomposed[layer.kind] = decompose_layer(mg, layer)
+        # layers of one kind share the traced graph; only the names of their inputs differ
+        dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
+        check_layer_placements(lp.name, lp.placements, dl.gm)
+        option = option_from_plan(dl, layer.kind, st, lp.placements)
+        source = "plan" if lp.placements else "tp1"
+        if option is None:
+            source = "re-solved"
+            if resolve is None:
+                missing = sorted(set(n.name for n in dl.gm.graph.nodes if n.op != "output") - set(lp.placements))[:4]
+                raise PlanError(f"layer {lp.name}: the plan's placements do not name this torch's decomposed nodes "
+                                f"(missing e.g. {missing}); re-plan with this torch, or compile the plan, which "
+                                "re-solves the layer on the plan's cluster")
+            option = resolve(layer, dl, st)
+        mesh = mesh_of(lp.stage, lp.dp, st.tp)
+        key = (layer.kind, tuple(sorted(option.placements.items())), str(st.recompute), (lp.dp, st.tp),
+               str(dtype), id(mesh))
+        if key not in program.layer_graphs:
+            sub = dump / "passes" / layer.name if dump is not None else None
+            program.layer_graphs[key] = lower_layer(mg, layer, option, st, mesh, decomposed=dl, compute_dtype=dtype,
+                                              dump_dir=sub, key=key)
+        program.layers.append(LoweredLayer(name=lp.name, kind=layer.kind, stage=lp.stage, strategy=st, dp=lp.dp,
+                                           graphs=program.layer_graphs[key], param_names=_param_fqns(mg, dl),
+                                           option_source=source))
+    ctx = PassContext(graph=mg, plan=plan, dump_dir=dump / "passes" if dump is not None else None,
+                      produced={"lowered"})
+    program = run_passes(PROGRAM_PASSES, program, ctx)
+    program.timings_s = {"total": time.perf_counter() - t0, **ctx.timings_s}
+    return program
