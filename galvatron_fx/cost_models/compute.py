@@ -36,9 +36,9 @@ kernels (``selective``). A query is then a dictionary lookup and a few multiplic
 
 Default efficiencies (used when none are given, chosen by device kind, see ``default_efficiency``):
 GPUs reach ~0.6–0.7 of dense peak on the transformer GEMMs and ~0.8 of HBM bandwidth on
-elementwise kernels, with ~5 µs of eager launch cost per kernel. The CPU figures were measured on
-this project's 2-core development machine with ``profile_model`` on gpt-tiny (one thread), relative
-to ``default_local_cpu``'s 20 GFLOP/s and 10 GB/s; profile your own machine for better ones.
+elementwise kernels, with a few µs of eager launch cost per kernel. The CPU defaults come from
+``profile_model`` on gpt-tiny (one thread), relative to ``default_local_cpu``'s 20 GFLOP/s and
+10 GB/s; profile your own machine for better ones.
 """
 
 from __future__ import annotations
@@ -145,10 +145,10 @@ class ComputeEfficiency:
         return cls.from_dict(load_json(text, source))
 
 
-# Measured on the development machine (2 shared cores, torch 2.13 CPU, 1 thread) with profile_model
-# on gpt-tiny at batch 1/2/4, seq 128, relative to default_local_cpu's conservative peaks (20 GFLOP/s,
-# 10 GB/s), hence above 1: one core reaches ~75 GFLOP/s on these GEMMs and ~95 GB/s on tensors that
-# stay in cache, and each node costs ~43 µs of Python, dispatcher and autograd bookkeeping.
+# profile_model on gpt-tiny (batch 1/2/4, seq 128, one thread), relative to default_local_cpu's
+# conservative peaks (20 GFLOP/s, 10 GB/s), hence above 1: GEMMs and cache-resident tensors run
+# several times faster than those peaks, and each node pays tens of µs of Python, dispatcher and
+# autograd bookkeeping.
 CPU_DEFAULT = ComputeEfficiency(matmul=3.7, memory=9.5, overhead_s=43e-6, source="default:cpu")
 GPU_DEFAULT = ComputeEfficiency(matmul=0.65, memory=0.8, overhead_s=5e-6, source="default:gpu")
 

@@ -233,15 +233,20 @@ class PlacedLayer:
 
     # -- layouts -----------------------------------------------------------------------------
 
-    def input_placements(self, batched: set[str] | frozenset = frozenset()) -> list[tuple[Placement, Placement]]:
-        """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order: a
-        hidden state from another layer, or a value named in ``batched`` (user inputs, values
-        whose dim 0 is the batch), is batch-sharded on dp."""
+    def input_placements(self, inputs: set[str] | frozenset = frozenset(), batched: set[str] | frozenset = frozenset()
+                         ) -> list[tuple[Placement, Placement]]:
+        """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order, as the
+        runtime lays them out: a hidden state from another layer and a user input (in ``inputs``)
+        are batch-sharded on dp; another value whose dim 0 is the batch (in ``batched``: a mask
+        made from factories) is split on dp where dp > 1 (else it stays replicated)."""
         out = []
+        split = self.mesh.size(0) > 1
         for (ph, role), name in zip(self._inputs, self.input_names):
             tp_p = self._plan[ph.name].outputs[0]
-            batch = (role == "activation" or name in batched) and ph.meta["val"].ndim >= 1
-            out.append((Shard(0) if batch else R, tp_p))
+            v = ph.meta["val"]
+            batch = (role == "activation" or name in inputs or (split and name in batched
+                                                                 and v.shape[0] % self.mesh.size(0) == 0))
+            out.append((Shard(0) if batch and v.ndim >= 1 else R, tp_p))
         return out
 
     # -- running ------------------------------------------------------------------------------
@@ -388,19 +393,19 @@ def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtyp
     return local.detach().requires_grad_(requires_grad and dt.is_floating_point)
 
 
-def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, batched: set[str] = frozenset(),
-                 param_dtype: torch.dtype | None = None) -> Trace:
+def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inputs: set[str] = frozenset(),
+                 batched: set[str] = frozenset(), param_dtype: torch.dtype | None = None) -> Trace:
     """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph,
     and the graphs AOTAutograd's partitioner made of it. Parameters are read as fake local
     shards of their captured dtype (``param_dtype``: another), those whose FQN is in
     ``trainable`` (default: all) requiring grad; inputs in the compute dtype, laid out as
-    :meth:`PlacedLayer.input_placements` says for ``batched``."""
+    :meth:`PlacedLayer.input_placements` says for ``inputs`` and ``batched``."""
     from functorch.compile import aot_function, make_boxed_func
     from torch._functorch.partitioners import default_partition
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     rec = Trace()
-    for (ph, _role), pl in zip(placed._inputs, placed.input_placements(batched)):
+    for (ph, _role), pl in zip(placed._inputs, placed.input_placements(inputs, batched)):
         v = ph.meta["val"]
         dt = placed.compute_dtype if placed.compute_dtype is not None and v.is_floating_point() else v.dtype
         rec.in_specs.append((tuple(pl), v.shape, torch.empty(tuple(v.shape), device="meta").stride()))
@@ -444,8 +449,9 @@ def apply_placements_pass(prog, ctx: PassContext):
     placed.compute_dtype = prog.compute_dtype
     trainable = {p.name for p in ctx.graph.params.values() if p.requires_grad} if ctx.graph is not None else None
     mg = ctx.graph
-    batched = (set(mg.input_names) | set(mg.batched)) if mg is not None else set()
-    rec = trace_placed(placed, trainable=trainable, batched=batched, param_dtype=prog.param_dtype)
+    inputs = set(mg.input_names) if mg is not None else set()
+    batched = set(mg.batched) if mg is not None else set()
+    rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, param_dtype=prog.param_dtype)
     prog.trace = rec
     prog.joint = rec.joint
     prog.mismatches = sorted(placed.mismatches)

@@ -22,8 +22,8 @@ def graph_callable(gm: fx.GraphModule):
     graph holds anything but placeholders, ``call_function`` nodes and the output.
 
     fx's generated code looks up ``torch.ops.<ns>.<op>.<overload>`` and goes through
-    ``OpOverload.__call__`` per op: about 1 µs of Python each, and a layer's graphs dispatch
-    100-odd small ops per step. Values are dropped after their last use, as fx's code does, so
+    ``OpOverload.__call__`` per op, Python time that adds up over the 100-odd small ops a
+    layer's graphs dispatch per step. Values are dropped after their last use, as fx's code does, so
     that the backward frees activations as it goes."""
     nodes = list(gm.graph.nodes)
     if any(n.op not in ("placeholder", "call_function", "output") for n in nodes):

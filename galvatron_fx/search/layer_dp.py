@@ -78,10 +78,8 @@ The min-memory pass is ``O(Σ_i K_{i-1} K_i)``, each λ pass ``O(|Λ_batch| Σ_i
 multiplied by the number ``D`` of distinct extra values (at most ``Σ_i K_i``, few in practice); the
 runs after the first are capped by the best time so far, so they prune harder.
 
-Measured (2-core shared CPU, numpy 2.4; budgets from 10% to 90% of the way between the least and
-the unconstrained memory; tests/unit/test_layer_dp.py::test_speed): 128 layers × 24 choices with
-dense random transitions 15–50 ms; a transformer-like 128 × 24 with 4 layouts 15–40 ms; 1000 layers
-× 8 choices dense 80–540 ms.
+Its speed is tested (tests/unit/test_layer_dp.py::test_speed) and measured as part of the
+search (``benchmarks/search_speed.py``, figures in ``benchmarks/results/``).
 """
 
 from __future__ import annotations

@@ -228,6 +228,10 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
         pm = ParallelModule(copy.deepcopy(model), mg, plan)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=plan.num_microbatches)
+    chunks = [pm] if pp == 1 else [c.body for c in pm.chunks]
+    # every lowered executor runs the program lowered before the first step (no trace of its own)
+    res["runs_program"] = [ex.lowered.program is not None for body in chunks for ex in body.executors
+                           if ex.lowered is not None]
     if spec == "dp2":  # the dp layout each block's lowered graph took its boolean inputs (masks) in
         res["mask_dp"] = sorted({str(pl[0]) for ex in pm.executors[1:-2] if ex.lowered is not None
                                  for (pl, _sh, _st), (ph, _) in zip(ex.lowered.in_specs, ex._inputs)
@@ -418,7 +422,10 @@ def _check(res: dict) -> None:
 
 @pytest.mark.parametrize("family,spec", CASES[2])
 def test_hf_family_trains_like_one_process(results2, family, spec):
-    _check(assert_ok(results2, f"{family}/{spec}"))
+    r = assert_ok(results2, f"{family}/{spec}")
+    _check(r)
+    if "runs_program" in r:  # the executors ran the lowered program, not a trace of their own
+        assert all(r["runs_program"]), (family, spec, r["runs_program"])
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2", "bert"])
