@@ -233,19 +233,25 @@ class PlacedLayer:
 
     # -- layouts -----------------------------------------------------------------------------
 
-    def input_placements(self, inputs: set[str] | frozenset = frozenset(), batched: set[str] | frozenset = frozenset()
-                         ) -> list[tuple[Placement, Placement]]:
+    def input_placements(self, inputs: set[str] | frozenset = frozenset(), batched: set[str] | frozenset = frozenset(),
+                         propagated: set[str] | frozenset = frozenset()) -> list[tuple[Placement, Placement]]:
         """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order, as the
-        runtime lays them out: a hidden state from another layer and a user input (in ``inputs``)
-        are batch-sharded on dp; another value whose dim 0 is the batch (in ``batched``: a mask
-        made from factories) is split on dp where dp > 1 (else it stays replicated)."""
+        runtime lays them out: a user input (in ``inputs``) and a value computed from one whose
+        dim 0 is the batch (in ``propagated``: hidden states, an encoder's output; with nothing
+        known, every hidden state) are batch-sharded on dp, as DTensor propagates them; a value
+        made from factories with the batch in dim 0 (in ``batched``: a mask) is split on dp
+        where dp > 1, else replicated."""
         out = []
         split = self.mesh.size(0) > 1
         for (ph, role), name in zip(self._inputs, self.input_names):
             tp_p = self._plan[ph.name].outputs[0]
             v = ph.meta["val"]
-            batch = (role == "activation" or name in inputs or (split and name in batched
-                                                                 and v.shape[0] % self.mesh.size(0) == 0))
+            if name in inputs or name in propagated:
+                batch = True
+            elif role == "activation" and not propagated:  # (nothing known: a hidden state is batched)
+                batch = True
+            else:  # made from factories: split on dp where dp > 1 and it has the batch
+                batch = split and name in batched and v.shape[0] % self.mesh.size(0) == 0
             out.append((Shard(0) if batch and v.ndim >= 1 else R, tp_p))
         return out
 
@@ -394,7 +400,8 @@ def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtyp
 
 
 def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inputs: set[str] = frozenset(),
-                 batched: set[str] = frozenset(), param_dtype: torch.dtype | None = None) -> Trace:
+                 batched: set[str] = frozenset(), propagated: set[str] = frozenset(),
+                 param_dtype: torch.dtype | None = None) -> Trace:
     """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph,
     and the graphs AOTAutograd's partitioner made of it. Parameters are read as fake local
     shards of their captured dtype (``param_dtype``: another), those whose FQN is in
@@ -405,7 +412,7 @@ def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inpu
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     rec = Trace()
-    for (ph, _role), pl in zip(placed._inputs, placed.input_placements(inputs, batched)):
+    for (ph, _role), pl in zip(placed._inputs, placed.input_placements(inputs, batched, propagated)):
         v = ph.meta["val"]
         dt = placed.compute_dtype if placed.compute_dtype is not None and v.is_floating_point() else v.dtype
         rec.in_specs.append((tuple(pl), v.shape, torch.empty(tuple(v.shape), device="meta").stride()))
@@ -441,6 +448,23 @@ def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inpu
     return rec
 
 
+_FROM_INPUTS: dict[int, tuple[object, set[str]]] = {}
+
+
+def _from_batched_inputs(mg) -> set[str]:
+    """Names of the captured graph's values computed from a user input with a batch dim."""
+    hit = _FROM_INPUTS.get(id(mg))
+    if hit is not None and hit[0] is mg:
+        return hit[1]
+    seeds = {n for n in mg.input_names}
+    out: set[str] = set()
+    for n in mg.gm.graph.nodes:
+        if n.name in seeds or any(a.name in out for a in n.all_input_nodes):
+            out.add(n.name)
+    _FROM_INPUTS[id(mg)] = (mg, out)
+    return out
+
+
 @graph_pass(requires=("decomposed",), produces=("joint",))
 def apply_placements_pass(prog, ctx: PassContext):
     """Lay the layer out as its plan says and trace it (see module doc): ``prog``
@@ -451,7 +475,9 @@ def apply_placements_pass(prog, ctx: PassContext):
     mg = ctx.graph
     inputs = set(mg.input_names) if mg is not None else set()
     batched = set(mg.batched) if mg is not None else set()
-    rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, param_dtype=prog.param_dtype)
+    propagated = _from_batched_inputs(mg) & batched if batched else set()
+    rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, propagated=propagated,
+                       param_dtype=prog.param_dtype)
     prog.trace = rec
     prog.joint = rec.joint
     prog.mismatches = sorted(placed.mismatches)

@@ -142,6 +142,7 @@ class _MoveOnTp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: DTensor):
-        if isinstance(g, DTensor) and g.placements[1] != ctx.tp_src:
+        # (a partial source takes the gradient as it comes: each partial term's gradient is the whole)
+        if isinstance(g, DTensor) and g.placements[1] != ctx.tp_src and not ctx.tp_src.is_partial():
             g = g.redistribute(ctx.mesh, (g.placements[0], ctx.tp_src))
         return g, None, None
