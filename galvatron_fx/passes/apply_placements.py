@@ -236,9 +236,9 @@ class PlacedLayer:
     def input_placements(self, inputs: set[str] | frozenset = frozenset(), batched: set[str] | frozenset = frozenset(),
                          propagated: set[str] | frozenset = frozenset()) -> list[tuple[Placement, Placement]]:
         """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order, as the
-        runtime lays them out: a user input (in ``inputs``) and a value computed from one whose
-        dim 0 is the batch (in ``propagated``: hidden states, an encoder's output; with nothing
-        known, every hidden state) are batch-sharded on dp, as DTensor propagates them; a value
+        runtime lays them out: a user input (in ``inputs``) and a value computed from one (in
+        ``propagated``: hidden states, an encoder's output; with nothing known, every hidden
+        state) are batch-sharded on dp, as DTensor propagates them; a value
         made from factories with the batch in dim 0 (in ``batched``: a mask) is split on dp
         where dp > 1, else replicated."""
         out = []
@@ -246,10 +246,8 @@ class PlacedLayer:
         for (ph, role), name in zip(self._inputs, self.input_names):
             tp_p = self._plan[ph.name].outputs[0]
             v = ph.meta["val"]
-            if name in inputs or name in propagated:
-                batch = True
-            elif role == "activation" and not propagated:  # (nothing known: a hidden state is batched)
-                batch = True
+            if name in inputs or name in propagated or (role == "activation" and not propagated):
+                batch = True  # (with nothing known, a hidden state is batched)
             else:  # made from factories: split on dp where dp > 1 and it has the batch
                 batch = split and name in batched and v.shape[0] % self.mesh.size(0) == 0
             out.append((Shard(0) if batch and v.ndim >= 1 else R, tp_p))
@@ -475,7 +473,7 @@ def apply_placements_pass(prog, ctx: PassContext):
     mg = ctx.graph
     inputs = set(mg.input_names) if mg is not None else set()
     batched = set(mg.batched) if mg is not None else set()
-    propagated = _from_batched_inputs(mg) & batched if batched else set()
+    propagated = _from_batched_inputs(mg) if mg is not None else set()
     rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, propagated=propagated,
                        param_dtype=prog.param_dtype)
     prog.trace = rec
