@@ -18,15 +18,13 @@ whole tensor, else its input), ``phase`` ``fwd`` or ``bwd``.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-__all__ = ["CollectiveRecord", "LayerGraphs", "LoweredLayer", "LoweredProgram", "collectives_of",
-           "same_collectives"]
+__all__ = ["CollectiveRecord", "LayerGraphs", "LoweredLayer", "LoweredProgram", "collectives_of", "each_collective"]
 
 # functional collective -> the cost model's name (and whether its bytes count the whole group)
 FUNCTIONAL_COLLECTIVES = {
@@ -56,36 +54,27 @@ def _group_size(name: Any) -> int:
     return _resolve_process_group(name).size()
 
 
-def collectives_of(gm: fx.GraphModule, phase: str) -> list[CollectiveRecord]:
-    """The functional collectives of ``gm``, in graph order (fake or real values in
-    ``node.meta["val"]``; a coalesced collective counts once per tensor)."""
-    out = []
+def each_collective(gm: fx.GraphModule):
+    """``(node, tensor argument, op, group size, bytes)`` per functional collective of ``gm`` in
+    graph order (fake or real values in ``node.meta["val"]``; a coalesced one once per tensor)."""
     for n in gm.graph.nodes:
         t = n.target
-        if n.op != "call_function" or getattr(t, "namespace", None) != "_c10d_functional":
+        if n.op != "call_function" or getattr(t, "namespace", None) != "_c10d_functional" \
+                or t._opname not in FUNCTIONAL_COLLECTIVES:
             continue
-        name = t._opname
-        if name not in FUNCTIONAL_COLLECTIVES:
-            continue
-        op, whole = FUNCTIONAL_COLLECTIVES[name]
+        op, whole = FUNCTIONAL_COLLECTIVES[t._opname]
         src = n.args[0]
-        group = n.args[-1]
-        size = _group_size(group)
+        size = _group_size(n.args[-1])
         for x in (src if isinstance(src, (list, tuple)) else [src]):
             v = x.meta.get("val") if isinstance(x, fx.Node) else None
-            if not isinstance(v, torch.Tensor):
-                continue
-            nbytes = v.numel() * v.element_size()
-            out.append(CollectiveRecord(phase, op, size, nbytes * size if whole else nbytes))
-    return out
+            if isinstance(v, torch.Tensor):
+                nbytes = v.numel() * v.element_size()
+                yield n, x, op, size, nbytes * size if whole else nbytes
 
 
-def same_collectives(a, b, *, ignore_trivial: bool = True) -> bool:
-    """Whether two lists of :class:`CollectiveRecord` hold the same collectives (as multisets;
-    ``ignore_trivial``: collectives over one rank, which move nothing, do not count)."""
-    def key(rs):
-        return Counter(r for r in rs if not (ignore_trivial and r.group_size <= 1))
-    return key(a) == key(b)
+def collectives_of(gm: fx.GraphModule, phase: str) -> list[CollectiveRecord]:
+    """The functional collectives of ``gm``, in graph order, as records."""
+    return [CollectiveRecord(phase, op, size, nbytes) for _n, _x, op, size, nbytes in each_collective(gm)]
 
 
 @dataclass(eq=False)

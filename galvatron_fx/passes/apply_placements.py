@@ -446,20 +446,13 @@ def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inpu
     return rec
 
 
-_FROM_INPUTS: dict[int, tuple[object, set[str]]] = {}
-
-
 def _from_batched_inputs(mg) -> set[str]:
-    """Names of the captured graph's values computed from a user input with a batch dim."""
-    hit = _FROM_INPUTS.get(id(mg))
-    if hit is not None and hit[0] is mg:
-        return hit[1]
-    seeds = {n for n in mg.input_names}
+    """Names of the captured graph's values computed from a user input (one walk of its nodes)."""
+    seeds = set(mg.input_names)
     out: set[str] = set()
     for n in mg.gm.graph.nodes:
         if n.name in seeds or any(a.name in out for a in n.all_input_nodes):
             out.add(n.name)
-    _FROM_INPUTS[id(mg)] = (mg, out)
     return out
 
 

@@ -56,9 +56,8 @@ def readable(lay: LoweredLayer) -> dict[str, str]:
     lg = lay.graphs
     n_params = len(lay.param_names)
     fw_names = {i: name for i, name in enumerate(lay.param_names)}
-    inputs = [name for name in (lg.decomposed.input_names if lg.decomposed is not None else [])]
-    roles = lg.decomposed.input_roles if lg.decomposed is not None else []
-    non_param = [n for n, r in zip(inputs, roles) if r != "param"]
+    dl = lg.decomposed
+    non_param = [n for n, r in zip(dl.input_names, dl.input_roles) if r != "param"] if dl is not None else []
     for k, name in enumerate(non_param):
         fw_names[n_params + k] = f"in_{name}"
     fw = _renamed(lg.fw, fw_names)
@@ -92,21 +91,17 @@ def _records(rs) -> list[dict]:
     return [r.to_dict() for r in rs]
 
 
-def _key(op: str, group: int) -> tuple:
-    return (op, int(group))
-
-
 def _differences(lowered: dict[str, list[CollectiveRecord]], priced: list[dict]) -> list[str]:
     """What differs between a layer's lowered and priced collectives (see module doc)."""
     want: dict[tuple, list[int]] = defaultdict(list)
     got: dict[tuple, list[int]] = defaultdict(list)
     for c in priced:
         if int(c["group_size"]) > 1:
-            want[(c["phase"], *_key(c["op"], c["group_size"]))].append(int(c["bytes"]))
+            want[(c["phase"], c["op"], int(c["group_size"]))].append(int(c["bytes"]))
     for phase, rs in lowered.items():
         for r in rs:
             if r.group_size > 1:
-                got[(phase, *_key(r.op, r.group_size))].append(r.bytes)
+                got[(phase, r.op, r.group_size)].append(r.bytes)
     out = []
     for k in sorted(set(want) | set(got)):
         a, b = sorted(got.get(k, [])), sorted(want.get(k, []))

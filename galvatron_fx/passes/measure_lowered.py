@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from galvatron_fx.ir.layer_option import CommEvent
+from galvatron_fx.ir.program import each_collective
 
 __all__ = ["backward_transient_bytes", "comm_events", "saved_bytes"]
 
@@ -163,10 +164,10 @@ def comm_events(lg) -> tuple[CommEvent, ...]:
     bw_free = bw_free | _param_grad_only(lg)
     out = []
     for (phase, gm), fixed in zip((("fwd", lg.fw), ("bwd", lg.bw)), (fw_free, bw_free)):
-        for n in gm.graph.nodes:
-            if n.op != "call_function" or getattr(n.target, "namespace", None) != "_c10d_functional":
-                continue
-            out.extend(_events(n, phase, fixed))
+        for n, x, op, _size, nbytes in each_collective(gm):
+            per_sample = x not in fixed and n not in fixed and x.meta["val"].numel() > 1
+            out.append(CommEvent(phase, f"lowered:{n.target._opname}{list(x.meta['val'].shape)}", op, int(nbytes),
+                                 0.0, per_sample=per_sample))
     for i, op, group in lg.hoisted:
         out.append(CommEvent("bwd", f"lowered:hoisted[{i}]", "all_reduce", _hoisted_bytes(lg, i), 0.0, per_sample=False))
     return tuple(out)
@@ -176,23 +177,3 @@ def _hoisted_bytes(lg, i: int) -> int:
     (out,) = [n for n in lg.fw.graph.nodes if n.op == "output"]
     v = out.args[0][len(lg.trace.out_grad) + i].meta.get("val")
     return int(v.numel() * v.element_size()) if isinstance(v, torch.Tensor) else 0
-
-
-def _events(n: fx.Node, phase: str, fixed: set) -> list[CommEvent]:
-    from galvatron_fx.ir.program import FUNCTIONAL_COLLECTIVES, _group_size
-
-    name = n.target._opname
-    if name not in FUNCTIONAL_COLLECTIVES:
-        return []
-    op, whole = FUNCTIONAL_COLLECTIVES[name]
-    size = _group_size(n.args[-1])
-    src = n.args[0]
-    out = []
-    for x in (src if isinstance(src, (list, tuple)) else [src]):
-        v = x.meta.get("val") if isinstance(x, fx.Node) else None
-        if not isinstance(v, torch.Tensor):
-            continue
-        nbytes = v.numel() * v.element_size() * (size if whole else 1)
-        per_sample = x not in fixed and n not in fixed and v.numel() > 1
-        out.append(CommEvent(phase, f"lowered:{name}{list(v.shape)}", op, int(nbytes), 0.0, per_sample=per_sample))
-    return out

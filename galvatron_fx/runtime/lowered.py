@@ -208,29 +208,34 @@ class _Lowered:
         :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no
         ``from_local``; the next lowered layer takes the local tensor as it is)."""
         specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
-        if self.in_specs is not None and any(s is not None and s != w and s[:2] == w[:2]
-                                             for s, w in zip(specs, self.in_specs)):
-            # an input in the traced layout but with other strides (a mask expanded from a smaller
-            # one): made contiguous, as the graphs were traced
+        if self.in_specs is not None and any(s is not None and s != w for s, w in zip(specs, self.in_specs)):
+            # (a step's calls match and skip all this) an input in the traced layout but with other
+            # strides (a mask expanded from a smaller one) is made contiguous, as the graphs were traced
             xs = [x.contiguous() if s is not None and s != w and s[:2] == w[:2] else x
                   for x, s, w in zip(xs, specs, self.in_specs)]
             specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
-        if self.program is not None and self.in_dtypes is not None:  # the first call of a program
-            dtypes = [x.dtype for x in xs]
-            if any(s is not None and s != want for s, want in zip(specs, self.in_specs)) or dtypes != self.in_dtypes:
-                # a local tensor the caller handed on (accepted in the program's layout) is wrapped again
+            if any(s is not None and s != w for s, w in zip(specs, self.in_specs)):
+                if self.program is None or self.in_dtypes is None:
+                    raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
+                # the first call of a program in other layouts: a local tensor the caller handed on
+                # (accepted in the program's layout) is wrapped again, and the layer traces here
                 xs = [DTensor.from_local(x, self.mesh, want[0], run_check=False, shape=want[1], stride=want[2])
                       if s is None else x for x, s, want in zip(xs, specs, self.in_specs)]
-                self._unseed(f"inputs {specs} {dtypes}, the program's {self.in_specs} {self.in_dtypes}")
-                specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
+                self._unseed(f"inputs {specs}, the program's {self.in_specs}")
+                specs = [(tuple(x.placements), x.shape, x.stride()) for x in xs]
+        if self.program is not None and self.in_dtypes is not None:  # the first call of a program
+            dtypes = [x.dtype for x in xs]
+            if dtypes != self.in_dtypes:
+                xs = [DTensor.from_local(x, self.mesh, want[0], run_check=False, shape=want[1], stride=want[2])
+                      if s is None else x for x, s, want in zip(xs, specs, self.in_specs)]
+                self._unseed(f"input dtypes {dtypes}, the program's {self.in_dtypes}")
+                specs = [(tuple(x.placements), x.shape, x.stride()) for x in xs]
             else:
                 self.in_dtypes = None  # checked once
         if self.in_specs is None:
             if None in specs:
                 raise ValueError("a lowered layer's first call takes DTensors (it records their layouts)")
             self.in_specs = specs
-        elif any(s is not None and s != want for s, want in zip(specs, self.in_specs)):
-            raise ValueError(f"lowered layer called with input layouts {specs}, traced for {self.in_specs}")
         args = (*ex.local_params(), *(x.to_local() if isinstance(x, DTensor) else x for x in xs))
         if not torch.is_grad_enabled():
             flat = self.fn[False](*args)

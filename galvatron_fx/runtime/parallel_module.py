@@ -203,8 +203,9 @@ class ParallelModule(DataParallelMixin, nn.Module):
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
             mesh = self.mesh(lp.dp, st.tp)
-            if layer.kind not in decomposed:
-                decomposed[layer.kind] = decompose_layer(mg, layer)
+            if layer.kind not in decomposed:  # (the program decomposed it already)
+                decomposed[layer.kind] = lowered_layers[layer.name].graphs.decomposed \
+                    if layer.name in lowered_layers else decompose_layer(mg, layer)
             # layers of one kind share the traced graph; only the names of their inputs differ
             dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
             if layer.name in lowered_layers:
