@@ -34,6 +34,7 @@ bench: venv
 	$(VPY) benchmarks/comm_model_accuracy.py
 	$(VPY) benchmarks/search_speed.py
 	$(VPY) benchmarks/plan_quality.py
+	$(VPY) benchmarks/published_replay.py
 	OMP_NUM_THREADS=1 $(VPY) benchmarks/runtime_overhead.py
 	OMP_NUM_THREADS=1 $(VPY) benchmarks/cost_model_accuracy.py
 

@@ -7,6 +7,7 @@ from galvatron_fx.errors import (CaptureError, ConfigError, GalvatronError, Plan
                                  RankFailureError, UnsupportedModelError)
 from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
 from galvatron_fx.api import compile
+from galvatron_fx.passes.lower_program import lower
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.planner import plan
 from galvatron_fx import backend  # registers torch.compile(..., backend="galvatron_fx")
@@ -30,6 +31,7 @@ __all__ = [
     "UnsupportedModelError",
     "capture",
     "compile",
+    "lower",
     "plan",
     "zoo",
 ]

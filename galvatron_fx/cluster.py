@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 GiB = 2**30
+MiB = 2**20
 
 
 class Collective(StrEnum):
@@ -102,6 +103,16 @@ class DeviceSpec:
     # dtype name ("float32", "tfloat32", "bfloat16", "float16") -> dense peak FLOP/s
     peak_flops: dict[str, float] = field(hash=False)
     memory_bandwidth_bytes_s: float
+    # fixed costs (None: the compute efficiency's defaults): seconds per kernel launch, and per
+    # layer call in each direction (Python, autograd, allocator, launch gaps between kernels)
+    kernel_overhead_s: float | None = None
+    layer_overhead_s: float | None = None
+    # memory held beside the tensors: the runtime context (CUDA context, cuBLAS/cuDNN
+    # workspaces), buffers per communicator (NCCL), and the caching allocator's reserve at the
+    # peak as a factor on the tensor peak (reserved / allocated)
+    context_bytes: int = 0
+    comm_buffer_bytes: int = 0
+    allocator_factor: float = 1.0
 
     def flops(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (a torch dtype name such as ``"bfloat16"``)."""
@@ -150,6 +161,9 @@ class Cluster:
     backend: str = "nccl"
     # DTensor redistributes Shard(i)->Shard(j) with all-gather + chunk on CPU meshes.
     all_to_all_via_all_gather: bool = False
+    # fp32 matmuls run on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32, as NGC
+    # containers set it): priced at the device's "tfloat32" peak
+    allow_tf32: bool = False
     fingerprint: str | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -209,6 +223,7 @@ class Cluster:
             "overlap_slowdown": self.overlap_slowdown,
             "backend": self.backend,
             "all_to_all_via_all_gather": self.all_to_all_via_all_gather,
+            "allow_tf32": self.allow_tf32,
             "fingerprint": self.fingerprint,
         }
 
@@ -369,6 +384,19 @@ def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Clu
 #    1,008 GB/s GDDR6X, 24 GB. No NVLink and no peer-to-peer: collectives cross PCIe 4.0 x16
 #    (32 GB/s raw, ~25 GB/s achievable) through host memory. Inter-node assumed one 100 Gb/s NIC
 #    per 8-GPU node (12.5 GB/s shared by 8 GPUs) -> 1.5e9 per GPU; an assumption, profile it.
+# Fixed costs and memory beside the tensors (defaults until the hardware profiler measures them):
+#  - kernel launch: ~2-3 µs raw CUDA launch, ~8 µs of host time per eager PyTorch CUDA op -> 5 µs
+#    charged per kernel on the host; a layer call adds ~0.1-0.4 ms of host work in eager mode
+#    (module call, autograd, allocator; from CUDA-graph speed-ups of eager LLM layers) -> 0.2 ms.
+#    The host runs ahead of the GPU: these bind only when a layer's kernels are shorter.
+#  - CUDA context with cuBLAS/cuDNN loaded: ~274-400 MiB with lazy module loading, ~636 MiB
+#    eager (pytorch#86509, #109888) -> 512 MiB.
+#  - NCCL buffers, allocated outside PyTorch's caching allocator, per communicator: 544-688 MB
+#    per process group on 4x A100 NVLink (nccl#964) -> 640 MiB; more channels and NVLS buffers on
+#    H100 NVSwitch systems (1 GiB NVLS in NCCL 2.19, nccl-tests#216) -> 1 GiB; PCIe-only GPUs
+#    use few channels -> 256 MiB (an assumption).
+#  - caching allocator: max reserved / max allocated 1.26-1.50 in FSDP LLM runs on A100
+#    (llama-cookbook#120, #41, #165) -> 1.25.
 # Latencies: NCCL small-message all-reduce ~ 10 µs on NVLink, ~ 20 µs on PCIe, ~ 25 µs over IB.
 # Overlap slowdown: communication kernels take SMs and HBM bandwidth from compute; 1.1-1.3 is
 # typical for NVLink systems, more on PCIe where collectives stage through the host.
@@ -393,6 +421,7 @@ def _gpu_cluster(
         inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=inter[0], bandwidth_bytes_s=inter[1]),
         overlap_slowdown=overlap_slowdown,
         backend="nccl",
+        allow_tf32=True,
     )
 
 
@@ -401,24 +430,32 @@ A100_80G = DeviceSpec(
     memory_bytes=80 * GiB,
     peak_flops={"float32": 19.5e12, "tfloat32": 156e12, "bfloat16": 312e12, "float16": 312e12},
     memory_bandwidth_bytes_s=2.039e12,
+    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=640 * MiB,
+    allocator_factor=1.25,
 )
 H100_80G = DeviceSpec(
     kind="H100-SXM-80GB",
     memory_bytes=80 * GiB,
     peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
     memory_bandwidth_bytes_s=3.35e12,
+    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=GiB,
+    allocator_factor=1.25,
 )
 H200_141G = DeviceSpec(
     kind="H200-SXM-141GB",
     memory_bytes=143771 * 2**20,
     peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
     memory_bandwidth_bytes_s=4.8e12,
+    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=GiB,
+    allocator_factor=1.25,
 )
 RTX4090 = DeviceSpec(
     kind="RTX4090-24GB",
     memory_bytes=24 * GiB,
     peak_flops={"float32": 82.6e12, "tfloat32": 82.6e12, "bfloat16": 165.2e12, "float16": 165.2e12},
     memory_bandwidth_bytes_s=1.008e12,
+    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=256 * MiB,
+    allocator_factor=1.25,
 )
 
 _PRESETS = {
@@ -535,7 +572,25 @@ def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
 
 
 _CLUSTER_REQUIRED = {"name", "num_nodes", "devices_per_node", "device_specs", "node_kinds", "intra_node", "inter_node"}
-_CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_all_via_all_gather", "fingerprint"}
+_CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_all_via_all_gather", "allow_tf32",
+                     "fingerprint"}
+
+
+_DEVICE_OPTIONAL = ("kernel_overhead_s", "layer_overhead_s", "context_bytes", "comm_buffer_bytes", "allocator_factor")
+
+
+def _device_optional(s: Mapping[str, Any], sw: str) -> dict[str, Any]:
+    """A device spec's optional fixed costs and memory terms, checked."""
+    out: dict[str, Any] = {}
+    for key in ("kernel_overhead_s", "layer_overhead_s"):
+        if s.get(key) is not None:
+            out[key] = float(read_number(s, key, sw, positive=False, rng=limits.LATENCY_S))
+    for key in ("context_bytes", "comm_buffer_bytes"):
+        if key in s:
+            out[key] = int(read_number(s, key, sw, positive=False, integer=True, rng=limits.BYTES))
+    if "allocator_factor" in s:
+        out["allocator_factor"] = float(read_number(s, "allocator_factor", sw, rng=limits.FACTOR))
+    return out
 
 
 def _cluster_from_dict(d: Any) -> Cluster:
@@ -554,7 +609,7 @@ def _cluster_from_dict(d: Any) -> Cluster:
     specs: dict[str, DeviceSpec] = {}
     for kind, s in specs_raw.items():
         sw = f"{w}.device_specs[{kind!r}]"
-        check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind"})
+        check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind", *_DEVICE_OPTIONAL})
         if s.get("kind", kind) != kind:
             raise ConfigError(f"{sw}.kind: {s['kind']!r} differs from its key {kind!r}")
         pf = s["peak_flops"]
@@ -565,6 +620,7 @@ def _cluster_from_dict(d: Any) -> Cluster:
             memory_bytes=int(read_number(s, "memory_bytes", sw, integer=True, rng=limits.DEVICE_MEMORY)),
             peak_flops={str(k): float(read_number(pf, k, f"{sw}.peak_flops", rng=limits.FLOPS)) for k in pf},
             memory_bandwidth_bytes_s=float(read_number(s, "memory_bandwidth_bytes_s", sw, rng=limits.BYTES_S)),
+            **_device_optional(s, sw),
         )
     kinds = d["node_kinds"]
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
@@ -576,6 +632,9 @@ def _cluster_from_dict(d: Any) -> Cluster:
     via = d.get("all_to_all_via_all_gather", False)
     if not isinstance(via, bool):
         raise ConfigError(f"{w}.all_to_all_via_all_gather: expected true or false")
+    tf32 = d.get("allow_tf32", False)
+    if not isinstance(tf32, bool):
+        raise ConfigError(f"{w}.allow_tf32: expected true or false")
     return Cluster(
         name=d["name"],
         num_nodes=num_nodes,
@@ -587,6 +646,7 @@ def _cluster_from_dict(d: Any) -> Cluster:
         overlap_slowdown=slowdown,
         backend=str(d.get("backend", "nccl")),
         all_to_all_via_all_gather=via,
+        allow_tf32=tf32,
         fingerprint=fp,
         schema_version=version,
     )

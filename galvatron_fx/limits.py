@@ -89,6 +89,7 @@ BYTES_S = Range(1e6, 1e16, "bytes/s")
 LATENCY_S = Range(0, 10, "s")
 SECONDS_PER_BYTE = Range(0, 1e-3, "s/byte")
 OVERLAP = Range(1, 100)
+FACTOR = Range(1, 10)
 SECONDS = Range(0, 1e12, "s")
 
 

@@ -17,6 +17,17 @@ Terms
   corrections fitted by ``galvatron_fx.profiler.model.profile_model``.
 - *fractions*: ``batch_fraction`` (micro-batch / captured batch) and ``tp_fraction`` (1 / tensor
   parallel degree) scale every node's FLOPs and bytes, not its kernel count.
+- *dtypes*: bytes were counted in the dtype the graph was captured in; a layer's bytes are priced
+  in the plan's compute dtype (× compute bytes / captured bytes: a bf16 plan of an fp32 capture
+  moves half). FLOPs run at the device's peak for the compute dtype, fp32 at the ``tfloat32``
+  peak where ``Cluster.allow_tf32`` is set (:func:`matmul_dtype`).
+- *fixed costs*: ``overhead_s`` per kernel and ``layer_overhead_s`` per layer call in each
+  direction: the host's work (Python, dispatcher, autograd, allocator, the launch itself). Where
+  launches are asynchronous (``async_launch``, GPUs) it overlaps the device's kernels and a layer
+  takes the longer of the two — a small micro-batch is bound by the host, which is why a GPU
+  step barely grows from micro-batch 1 to 2; on a CPU the same thread does both and they add. A
+  device spec's ``kernel_overhead_s`` and ``layer_overhead_s`` (measured by the hardware
+  profiler, or a preset's) replace the defaults.
 
 Algorithm
 ---------
@@ -25,10 +36,12 @@ Because each node's FLOPs and bytes scale by the same fraction ``s``,
 So for each (layer kind, device kind) the model sums once, over the layer's nodes, the roofline
 time and the kernel count of forward and backward, and a query is
 
-    fwd_s = k_fwd · (s · R_fwd + n_fwd · overhead_s)
-    bwd_s = k_bwd · (s · (R_bwd + R_re) + (n_bwd + n_re) · overhead_s)
+    fwd_s = k_fwd · (s · R_fwd  ⊕  n_fwd · overhead_s + layer_overhead_s)
+    bwd_s = k_bwd · (s · (R_bwd + R_re)  ⊕  (n_bwd + n_re) · overhead_s + (1 + re) · layer_overhead_s)
 
-with ``k`` the per-kind factors (1 when uncalibrated). Recomputation adds the layer's measured
+with ``⊕`` the max under ``async_launch`` and the sum otherwise,
+
+``k`` the per-kind factors (1 when uncalibrated) and ``re`` 1 under recomputation. Recomputation adds the layer's measured
 recompute FLOPs/bytes (``LayerCosts.recompute_*_for``), costed as the aggregate roofline of those
 totals times the layer forward's ratio (per-node sum / aggregate roofline), since what is
 recomputed is a part of that forward; it adds the forward's kernels (``full``) or its non-matmul
@@ -43,6 +56,7 @@ elementwise kernels, with a few µs of eager launch cost per kernel. The CPU def
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -72,6 +86,10 @@ class ComputeEfficiency:
     matmul: float = 0.65  # fraction of dense peak FLOP/s
     memory: float = 0.8  # fraction of memory bandwidth
     overhead_s: float = 5e-6  # per kernel launch
+    layer_overhead_s: float = 0.0  # per layer call, in each direction
+    # kernels are launched asynchronously (GPUs): the host's launch work overlaps the device's
+    # kernels, and a layer takes the longer of the two; else (CPUs) the same thread does both
+    async_launch: bool = False
     # layer kind hash -> (fwd_factor, bwd_factor), multiplicative, from calibration
     per_kind: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     source: str = "default"  # "default", or where the figures came from (a calibration)
@@ -81,8 +99,10 @@ class ComputeEfficiency:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"ComputeEfficiency.{name} must be a positive finite number, got {v!r}")
-        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
-            raise ConfigError(f"ComputeEfficiency.overhead_s must be >= 0, got {self.overhead_s!r}")
+        for name in ("overhead_s", "layer_overhead_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ConfigError(f"ComputeEfficiency.{name} must be >= 0, got {v!r}")
         for k, fb in self.per_kind.items():
             if len(fb) != 2 or not all(math.isfinite(x) and x > 0 for x in fb):
                 raise ConfigError(f"ComputeEfficiency.per_kind[{k!r}] must be (fwd_factor > 0, bwd_factor > 0), got {fb!r}")
@@ -98,6 +118,8 @@ class ComputeEfficiency:
             "matmul": self.matmul,
             "memory": self.memory,
             "overhead_s": self.overhead_s,
+            "layer_overhead_s": self.layer_overhead_s,
+            "async_launch": self.async_launch,
             "per_kind": {k: [f, b] for k, (f, b) in sorted(self.per_kind.items())},
             "source": self.source,
         }
@@ -107,7 +129,8 @@ class ComputeEfficiency:
         """Build from the JSON form; unknown keys or a wrong schema raise ``ConfigError``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"compute efficiency: expected a JSON object, got {type(data).__name__}")
-        allowed = {"schema_version", "matmul", "memory", "overhead_s", "per_kind", "source"}
+        allowed = {"schema_version", "matmul", "memory", "overhead_s", "layer_overhead_s", "async_launch", "per_kind",
+                   "source"}
         unknown = set(data) - allowed
         if unknown:
             raise ConfigError(f"compute efficiency: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -123,6 +146,8 @@ class ComputeEfficiency:
                 matmul=float(data["matmul"]),
                 memory=float(data["memory"]),
                 overhead_s=float(data["overhead_s"]),
+                layer_overhead_s=float(data.get("layer_overhead_s", 0.0)),
+                async_launch=bool(data.get("async_launch", False)),
                 per_kind=per_kind,
                 source=str(data.get("source", "default")),
             )
@@ -145,17 +170,44 @@ class ComputeEfficiency:
         return cls.from_dict(load_json(text, source))
 
 
-# profile_model on gpt-tiny (batch 1/2/4, seq 128, one thread), relative to default_local_cpu's
-# conservative peaks (20 GFLOP/s, 10 GB/s), hence above 1: GEMMs and cache-resident tensors run
-# several times faster than those peaks, and each node pays tens of µs of Python, dispatcher and
-# autograd bookkeeping.
-CPU_DEFAULT = ComputeEfficiency(matmul=3.7, memory=9.5, overhead_s=43e-6, source="default:cpu")
-GPU_DEFAULT = ComputeEfficiency(matmul=0.65, memory=0.8, overhead_s=5e-6, source="default:gpu")
+# profile_model on gpt-tiny (batch 1/2/4, seq 128, one thread; the median of five fits on a
+# 2-core machine), relative to default_local_cpu's conservative peaks (20 GFLOP/s, 10 GB/s):
+# GEMMs run faster than that peak, elementwise kernels somewhat slower than that bandwidth, and
+# each node pays tens of µs of Python, dispatcher and autograd bookkeeping.
+CPU_DEFAULT = ComputeEfficiency(matmul=2.5, memory=0.7, overhead_s=54e-6, source="default:cpu")
+GPU_DEFAULT = ComputeEfficiency(matmul=0.65, memory=0.8, overhead_s=5e-6, async_launch=True, source="default:gpu")
 
 
 def default_efficiency(device: DeviceSpec) -> ComputeEfficiency:
-    """Uncalibrated efficiencies for a device kind (CPU kinds start with ``cpu``; others are GPUs)."""
-    return CPU_DEFAULT if device.kind.lower().startswith("cpu") else GPU_DEFAULT
+    """Uncalibrated efficiencies for a device kind (CPU kinds start with ``cpu``; others are GPUs),
+    with the fixed costs the device spec gives (``kernel_overhead_s``, ``layer_overhead_s``)."""
+    base = CPU_DEFAULT if device.kind.lower().startswith("cpu") else GPU_DEFAULT
+    changes = {}
+    if device.kernel_overhead_s is not None:
+        changes["overhead_s"] = device.kernel_overhead_s
+    if device.layer_overhead_s is not None:
+        changes["layer_overhead_s"] = device.layer_overhead_s
+    return dataclasses.replace(base, **changes, source=f"{base.source}+{device.kind}") if changes else base
+
+
+def matmul_dtype(cluster: Cluster, dtype: str) -> str:
+    """The peak FLOP/s entry a ``dtype`` matmul runs at: fp32 on TF32 tensor cores where the
+    cluster allows TF32 (``Cluster.allow_tf32``) and the device has that peak."""
+    name = str(dtype).removeprefix("torch.")
+    return "tfloat32" if name == "float32" and cluster.allow_tf32 else name
+
+
+def captured_float_bytes(mg: ModelGraph) -> int:
+    """Bytes per element of the floating dtype the graph was captured in (the one holding most
+    parameter bytes; 4 when it has no floating parameters)."""
+    by_dtype: dict[str, int] = {}
+    for p in mg.params.values():
+        if p.dtype in _FLOAT_BYTES:
+            by_dtype[p.dtype] = by_dtype.get(p.dtype, 0) + p.nbytes
+    return _FLOAT_BYTES[max(by_dtype, key=by_dtype.get)] if by_dtype else 4
+
+
+_FLOAT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +218,7 @@ class _KindSums:
     bwd_kernels: int
     fwd_matmul_kernels: int
     fwd_agg_ratio: float  # fwd per-node sum / aggregate roofline (>= 1)
+    byte_scale: float  # compute dtype bytes / captured dtype bytes
 
 
 def node_sums(mg: ModelGraph, layer: LayerInfo) -> list[tuple[int, int, int, int]]:
@@ -193,6 +246,7 @@ class ComputeModel:
     ) -> None:
         self.cluster = cluster
         self.dtype = str(dtype).removeprefix("torch.")
+        self.precision_bytes = _FLOAT_BYTES.get(self.dtype, 4)
         self._efficiency = efficiency
         # device kind -> (seconds per FLOP, seconds per byte, efficiency)
         self._rates: dict[str, tuple[float, float, ComputeEfficiency]] = {}
@@ -213,7 +267,8 @@ class ComputeModel:
                 eff = eff.get(dev.kind)
             if eff is None:
                 eff = default_efficiency(dev)
-            r = (1.0 / (dev.flops(self.dtype) * eff.matmul), 1.0 / (dev.memory_bandwidth_bytes_s * eff.memory), eff)
+            peak = dev.flops(matmul_dtype(self.cluster, self.dtype))
+            r = (1.0 / (peak * eff.matmul), 1.0 / (dev.memory_bandwidth_bytes_s * eff.memory), eff)
             self._rates[dev.kind] = r
         return r
 
@@ -252,16 +307,19 @@ class ComputeModel:
             sums = self._sums[key] = self._kind_sums(mg, layer, s_per_flop, s_per_byte)
         s = batch_fraction * tp_fraction
         kf, kb = eff.per_kind.get(layer.kind, (1.0, 1.0))
-        fwd = s * sums.fwd_roof_s + sums.fwd_kernels * eff.overhead_s
-        bwd = s * sums.bwd_roof_s + sums.bwd_kernels * eff.overhead_s
+        dev_f, host_f = s * sums.fwd_roof_s, sums.fwd_kernels * eff.overhead_s + eff.layer_overhead_s
+        dev_b, host_b = s * sums.bwd_roof_s, sums.bwd_kernels * eff.overhead_s + eff.layer_overhead_s
         if recompute != "none":
             costs = layer.costs
             rf, rb = costs.recompute_flops_for(recompute), costs.recompute_bytes_for(recompute)
             if rf or rb:
-                agg = max(rf * s_per_flop, rb * s_per_byte)
+                agg = max(rf * s_per_flop, rb * s_per_byte * sums.byte_scale)
                 n_re = sums.fwd_kernels if recompute == "full" else sums.fwd_kernels - sums.fwd_matmul_kernels
-                bwd += s * agg * sums.fwd_agg_ratio + n_re * eff.overhead_s
-        return kf * fwd, kb * bwd
+                dev_b += s * agg * sums.fwd_agg_ratio
+                host_b += n_re * eff.overhead_s + eff.layer_overhead_s
+        if eff.async_launch:
+            return kf * max(dev_f, host_f), kb * max(dev_b, host_b)
+        return kf * (dev_f + host_f), kb * (dev_b + host_b)
 
     def _kind_sums(self, mg: ModelGraph, layer: LayerInfo, s_per_flop: float, s_per_byte: float) -> _KindSums:
         if layer.costs is None:
@@ -269,6 +327,8 @@ class ComputeModel:
                 f"layer {layer.name} has no costs: capture with annotate=True (or run annotate_costs_pass) "
                 "before asking the compute model"
             )
+        scale = self.precision_bytes / captured_float_bytes(mg)  # bytes in the plan's compute dtype
+        s_per_byte *= scale
         fr = br = 0.0
         nf = nb = nmm = 0
         tf = tb = 0
@@ -284,4 +344,4 @@ class ComputeModel:
                 nb += 1
         agg = max(tf * s_per_flop, tb * s_per_byte)
         ratio = fr / agg if agg > 0 else 1.0
-        return _KindSums(fr, br, nf, nb, nmm, ratio)
+        return _KindSums(fr, br, nf, nb, nmm, ratio, scale)

@@ -91,7 +91,7 @@ from galvatron_fx.errors import ConfigError
 __all__ = ["CPURuntimeCalibration", "CPURuntimeCostModel", "PROBE", "SCHEMA_VERSION", "comm_excess", "cost_model",
            "efficiency"]
 
-SCHEMA_VERSION = 7  # 7: tensor-parallel gradients summed where a value is made (runtime); 6: collectives close to a sync; 5: optimizer per element / tensor / DTensor; op-by-op overhead; probe plans at N ranks
+SCHEMA_VERSION = 8  # 8: kernel bytes without metadata queries, in the compute dtype; 7: tensor-parallel gradients summed where a value is made (runtime); 6: collectives close to a sync; 5: optimizer per element / tensor / DTensor; op-by-op overhead; probe plans at N ranks
 # The probe: GPT-family, shaped unlike every zoo configuration (width 96, 3 heads, 320 tokens).
 PROBE: dict[str, Any] = {"family": "gpt-tiny", "overrides": {"n_layers": 2, "d_model": 96, "n_heads": 3,
                                                               "vocab_size": 320, "max_seq_len": 64},

@@ -26,6 +26,14 @@ freed, so with one micro-batch the peak is usually at the start of the backward,
 gradient yet; when gradients accumulate over micro-batches (``num_microbatches > 1``, every
 pipeline) they are held from the first backward on and count in full.
 
+What the device shows in use (``nvidia-smi``) is more than the tensors (:func:`reserved_bytes`):
+the runtime's context (CUDA context, library handles), the communicators' buffers (NCCL
+allocates them outside PyTorch's caching allocator, one set per process group a rank uses) and
+the caching allocator's reserve and fragmentation above the tensor peak, a factor on it. These
+are a device spec's ``context_bytes``, ``comm_buffer_bytes`` and ``allocator_factor`` (0, 0, 1 on
+CPUs); a plan's memory budget is what the device may show, so the search holds the tensors to
+:func:`tensor_budget_bytes`.
+
 Which parameters a layer is charged for: ``LayerCosts.num_params`` counts every parameter *and
 buffer* the layer reads, so Llama's rotary tables count as parameters. Pass ``params`` — the
 trainable ``ParamInfo``s the layer reads — and they are the count for every flavour. The runtime
@@ -56,6 +64,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from galvatron_fx.cluster import Cluster, DeviceSpec
 from galvatron_fx.ir.graph import LayerCosts, ParamInfo
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision
 from galvatron_fx.recompute import Recompute
@@ -205,3 +214,27 @@ def stage_peak_bytes(memories: list[LayerMemory], in_flight: int | list[int], *,
         held -= acts[i]
         made += memories[i].grad_bytes
     return fixed + max(peak, made)
+
+
+# process groups a rank holds, for the budget the search holds tensors to: the world, a
+# data-parallel and a tensor-parallel group, and the pipeline's two neighbours (a plan whose
+# layers use more mesh shapes holds more; its notes say so)
+BUDGET_COMMUNICATORS = 5
+
+
+def reserved_bytes(tensor_peak: int, device: DeviceSpec, communicators: int) -> int:
+    """What ``device`` shows in use at a tensor peak of ``tensor_peak`` bytes with
+    ``communicators`` process groups: context + communicator buffers + allocator factor × peak."""
+    return int(device.context_bytes + device.comm_buffer_bytes * communicators
+               + device.allocator_factor * tensor_peak)
+
+
+def tensor_budget_bytes(budget: int, cluster: Cluster, communicators: int = BUDGET_COMMUNICATORS) -> int:
+    """The tensor peak whose :func:`reserved_bytes` stays within ``budget`` on every device kind
+    of ``cluster`` (0 when the fixed terms alone exceed it)."""
+    out = budget
+    for kind in set(cluster.node_kinds):
+        d = cluster.device_specs[kind]
+        fixed = d.context_bytes + d.comm_buffer_bytes * communicators
+        out = min(out, int(max(0, budget - fixed) / d.allocator_factor))
+    return max(1, out)

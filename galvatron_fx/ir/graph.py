@@ -68,6 +68,7 @@ class LayerCosts:
 
     ``activation_bytes`` are bytes saved for backward (unique storages, parameters excluded);
     ``output_bytes`` are the bytes of the values the layer hands to later layers;
+    ``bwd_transient_bytes`` is the peak the backward adds (see the field);
     ``param_bytes``/``num_params`` count the trainable parameters charged to this layer: each
     parameter to the first layer that reads it (a tied embedding/head weight to the embedding;
     ``ParamInfo.layers`` lists every reader), buffers never.
@@ -89,6 +90,10 @@ class LayerCosts:
     recompute_flops_full: int = 0
     recompute_bytes_selective: int = 0
     recompute_bytes_full: int = 0
+    # the largest live set the backward (without recomputation) allocates beyond what the
+    # forward saved: the arriving output gradients, the temporaries and the input gradients
+    # (parameter gradients are counted as gradients)
+    bwd_transient_bytes: int = 0
 
     @property
     def train_flops(self) -> int:

@@ -46,7 +46,8 @@ JSON (schema_version 1)
     "transition_s", "memory_bytes", "memory_breakdown"}, "alternatives": [{"strategy", "predicted",
     "reason"}]}],
     "predicted": {"step_time_s", "throughput_samples_s", "peak_memory_bytes": [int per stage],
-    "memory_budget_bytes", "bubble_fraction", "breakdown": {str: float}},
+    "memory_budget_bytes", "bubble_fraction", "breakdown": {str: float},
+    "reserved_peak_bytes": [int per stage] (optional)},
     "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str],
     "cluster": {the cluster's JSON} (optional), "graph": {"params": [[name, shape, dtype]],
     "inputs": [[shape past the batch, dtype]]} (optional)}``

@@ -119,13 +119,24 @@ class PlanPrediction:
     memory_budget_bytes: int
     bubble_fraction: float = 0.0
     breakdown: dict[str, float] = field(default_factory=dict)  # e.g. compute/comm/transition/bubble seconds
+    # what each stage's device shows in use (nvidia-smi): the tensor peak plus the runtime's
+    # context, communicator buffers and allocator reserve (cost_models.memory.reserved_bytes);
+    # empty in plans written before it was predicted
+    reserved_peak_bytes: tuple[int, ...] = ()
+
+    @property
+    def device_peak_bytes(self) -> tuple[int, ...]:
+        """Per stage, what the budget is checked against: the reserved peak where predicted."""
+        return self.reserved_peak_bytes or self.peak_memory_bytes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_memory_bytes", tuple(self.peak_memory_bytes))
+        object.__setattr__(self, "reserved_peak_bytes", tuple(self.reserved_peak_bytes))
         object.__setattr__(self, "breakdown", dict(self.breakdown))
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
                 "peak_memory_bytes": list(self.peak_memory_bytes),
                 "memory_budget_bytes": self.memory_budget_bytes, "bubble_fraction": self.bubble_fraction,
-                "breakdown": dict(self.breakdown)}
+                "breakdown": dict(self.breakdown),
+                **({"reserved_peak_bytes": list(self.reserved_peak_bytes)} if self.reserved_peak_bytes else {})}

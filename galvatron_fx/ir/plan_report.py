@@ -205,10 +205,11 @@ def _explain_plan(plan: ParallelPlan) -> str:
         mine = [c for i, c in enumerate(chunks) if plan.stage_of_chunk(i) == s]
         spans = ", ".join(f"layers {c.start}–{c.stop - 1} ({plan.layers[c.start].name} … "
                           f"{plan.layers[c.stop - 1].name})" for c in mine)
-        peak = p.peak_memory_bytes[s]
-        flag = "  OVER BUDGET" if peak > budget else ""
+        peak, shown = p.peak_memory_bytes[s], p.device_peak_bytes[s]
+        flag = "  OVER BUDGET" if shown > budget else ""
+        tensors = f"tensors {fmt_bytes(peak)}, device {fmt_bytes(shown)}" if p.reserved_peak_bytes else fmt_bytes(peak)
         out.append(f"  stage {s}: ranks {_ranks(ranks)} ({len(ranks)} devices); {spans}; "
-                   f"peak {fmt_bytes(peak)} / {fmt_bytes(budget)} budget ({_pct(peak, budget)}){flag}")
+                   f"peak {tensors} / {fmt_bytes(budget)} budget ({_pct(shown, budget)}){flag}")
     # ---- predictions
     out += ["", "predicted:",
             f"  step time {_ms(p.step_time_s)}, throughput {p.throughput_samples_s:.1f} samples/s, "
@@ -216,6 +217,9 @@ def _explain_plan(plan: ParallelPlan) -> str:
             "  peak memory per stage: " + ", ".join(
                 f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.peak_memory_bytes)
             + f" of {fmt_bytes(budget)} budget"]
+    if p.reserved_peak_bytes and p.reserved_peak_bytes != p.peak_memory_bytes:
+        out.append("  device in use at the peak (context, communicator buffers, allocator reserve): "
+                   + ", ".join(f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.reserved_peak_bytes))
     if p.breakdown:
         out.append("  breakdown: " + ", ".join(f"{k} {_ms(v)}" for k, v in p.breakdown.items()))
     if plan.baseline:

@@ -180,6 +180,9 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
                    ("bubble_fraction", _FRACTION), ("memory_budget_bytes", limits.BYTES)):
         if (problem := rng.problem(getattr(pd, f))) is not None:
             pr.append((f"predicted.{f}", problem))
+    if pd.reserved_peak_bytes and len(pd.reserved_peak_bytes) != pp:
+        pr.append(("predicted.reserved_peak_bytes",
+                   f"has {len(pd.reserved_peak_bytes)} entries, expected one per stage ({pp})"))
     for s, b in enumerate(pd.peak_memory_bytes):
         if (problem := limits.BYTES.problem(b)) is not None:
             pr.append((f"predicted.peak_memory_bytes[{s}]", problem))
@@ -376,7 +379,7 @@ def _parse_plan(data: Any) -> dict[str, Any]:
     for key in _OPTIONAL_TOP_KEYS:
         if d.get(key) is not None and not isinstance(d[key], dict):
             raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
-    pd = _obj(d["predicted"], "predicted", _PRED_KEYS)
+    pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes",))
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
@@ -411,6 +414,9 @@ def _parse_plan(data: Any) -> dict[str, Any]:
                                      rng=limits.BYTES),
             bubble_fraction=_num(pd["bubble_fraction"], "predicted.bubble_fraction"),
             breakdown=_dict_of(pd["breakdown"], "predicted.breakdown", _num),
+            reserved_peak_bytes=tuple(
+                _int(x, f"predicted.reserved_peak_bytes[{s}]", lo=0, rng=limits.BYTES)
+                for s, x in enumerate(_list(pd.get("reserved_peak_bytes", []), "predicted.reserved_peak_bytes"))),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,

@@ -5,10 +5,9 @@ Contract: requires ``"layers"`` (``ctx.graph.layers``, ``facts(node).layer``); p
 ``bwd_bytes``, ``output_bytes``, ``saved_bytes`` and ``requires_grad``; every layer gets a
 :class:`~galvatron_fx.ir.graph.LayerCosts`. The graph is not changed.
 
-Terms: *FLOPs* are counted by PyTorch's own formulas (``torch.utils.flop_counter``: matmuls,
-convolutions, attention) on the kernels the op really dispatches to, plus the CPU
-flash-attention kernels that the registry lacks. *Bytes* are the bytes of every input and
-output of each dispatched kernel, views excluded. *Saved bytes* are the unique storages that
+Terms: *FLOPs* and *bytes* are those of the kernels each op really dispatches to, counted by
+:class:`~galvatron_fx.passes.kernel_costs.CostCounter` (PyTorch's FLOP formulas; bytes read and
+written by each kernel, metadata queries and views excluded). *Saved bytes* are the unique storages that
 autograd keeps for backward (``saved_tensors_hooks``), parameters excluded — the activation
 memory of the layer.
 
@@ -37,66 +36,17 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from galvatron_fx.attention import sdpa_or_biased
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
 from galvatron_fx.ir.meta import NodeFacts, copy_costs, cost_field_names, facts, tensor_bytes
+from galvatron_fx.passes.kernel_costs import CostCounter
 from galvatron_fx.passes.runner import PassContext, graph_pass
 from galvatron_fx.recompute import Recompute, checkpoint_fn
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
-
-
-# ---- kernel-level counting ----------------------------------------------------------------
-
-def _cpu_flash_fwd(q, k, v, *args, **kwargs) -> int:
-    return sdpa_flop_count(q.shape, k.shape, v.shape)
-
-
-def _cpu_flash_bwd(grad_out, q, k, v, *args, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
-
-
-# Kernels PyTorch's flop registry does not know (the CPU attention kernels).
-_EXTRA_FLOPS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_fwd,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_bwd,
-}
-
-
-_ALIASING = {aten._unsafe_view, aten.alias, aten.detach, aten.lift_fresh}
-
-
-def _is_free(func) -> bool:
-    """Ops that move no data: views, aliases, metadata (``_unsafe_view`` aliases its input
-    although its schema does not say so)."""
-    return func.is_view or func._overloadpacket in _ALIASING
-
-
-class CostCounter(TorchDispatchMode):
-    """Counts FLOPs and bytes of every kernel dispatched while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.flops = 0
-        self.bytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        packet = func._overloadpacket
-        if packet in _EXTRA_FLOPS:
-            self.flops += int(_EXTRA_FLOPS[packet](*args, **kwargs))
-        elif packet in flop_registry:
-            self.flops += int(flop_registry[packet](*args, **kwargs, out_val=out))
-        if not _is_free(func):
-            leaves = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
-            self.bytes += sum(tensor_bytes(x) for x in leaves) + tensor_bytes(
-                [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)])
-        return out
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -250,8 +200,9 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
             owned_inputs = sum(tensor_bytes(env[a]) for a in ext
                                if a.name not in param_nodes and a.name not in shared)
             try:
+                is_param = [a.name in param_nodes for a in ext]
                 for mode in Recompute:
-                    variants[str(mode)] = _measure_variant(run, [env[a] for a in ext], mode, owned_inputs)
+                    variants[str(mode)] = _measure_variant(run, [env[a] for a in ext], mode, owned_inputs, is_param)
             except Exception as e:
                 failures.append(f"layer {layer.name} under recomputation: {type(e).__name__}: {e}")
                 variants = {}
@@ -267,6 +218,7 @@ class _Variant:
     retained_bytes: int  # memory the layer keeps from its forward until its backward
     bwd_flops: int  # the whole layer's backward, recomputation included
     bwd_bytes: int
+    bwd_transient_bytes: int = 0  # the backward's peak above the saved memory (LayerCosts)
 
 
 def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule):
@@ -282,6 +234,31 @@ def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.No
         return tuple(env[o] for o in outputs)
 
     return run
+
+
+class _LiveTracker(TorchDispatchMode):
+    """The storages kernels create while active, and after each kernel which are still alive:
+    the live set of a backward over time."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.steps: list[list[int]] = []  # per kernel, the created storages alive after it
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    ref = StorageWeakRef(st)
+                    self.refs.setdefault(ref.cdata, (ref, st.nbytes()))
+        self.steps.append([k for k, (ref, _) in self.refs.items() if not ref.expired()])
+        return out
+
+    def peak_bytes(self, excluded: set[int]) -> int:
+        """The largest live total of created storages, those in ``excluded`` left out."""
+        return max((sum(self.refs[k][1] for k in alive if k not in excluded) for alive in self.steps), default=0)
 
 
 class _StorageTracker(TorchDispatchMode):
@@ -303,9 +280,14 @@ class _StorageTracker(TorchDispatchMode):
         return out
 
 
-def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int) -> _Variant:
-    """Run the layer forward under ``mode`` and measure what stays alive, then its backward."""
+def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int,
+                     params: list[bool] | None = None) -> _Variant:
+    """Run the layer forward under ``mode`` and measure what stays alive, then its backward
+    (without recomputation, also the backward's transient: ``params`` marks which inputs are
+    parameters, whose gradients are not transient)."""
+    params = params or [False] * len(inputs)
     leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    is_param = [p for x, p in zip(inputs, params) if isinstance(x, torch.Tensor) and x.requires_grad]
     wrap = checkpoint_fn(mode)
     fn = wrap(run) if wrap is not None else run
     with _StorageTracker() as tracker:
@@ -321,12 +303,16 @@ def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int)
     else:
         kept_inputs = owned_input_bytes  # the checkpoint holds every input until backward
     grads_of = [o for o in tree_flatten(outs)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-    bwd_flops = bwd_bytes = 0
+    bwd_flops = bwd_bytes = transient = 0
     if grads_of and leaves:
-        with CostCounter() as cc:
-            torch.autograd.grad(grads_of, leaves, [torch.empty_like(o) for o in grads_of], allow_unused=True)
+        tangents = [torch.empty_like(o) for o in grads_of]
+        with CostCounter() as cc, _LiveTracker() as live:
+            grads = torch.autograd.grad(grads_of, leaves, tangents, allow_unused=True)
         bwd_flops, bwd_bytes = cc.flops, cc.bytes
-    return _Variant(retained_bytes=int(retained + kept_inputs), bwd_flops=bwd_flops, bwd_bytes=bwd_bytes)
+        param_grads = {_storage_key(g) for g, p in zip(grads, is_param) if p and g is not None}
+        transient = sum(tensor_bytes(t) for t in tangents) + live.peak_bytes(param_grads)
+    return _Variant(retained_bytes=int(retained + kept_inputs), bwd_flops=bwd_flops, bwd_bytes=bwd_bytes,
+                    bwd_transient_bytes=int(transient))
 
 
 def _shared_values(mg, by_name: dict[str, fx.Node]) -> set[str]:
@@ -398,6 +384,7 @@ def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[
     tot = defaultdict(int)
     if variants:
         base = variants["none"]
+        tot["bwd_transient_bytes"] = base.bwd_transient_bytes
         for mode in ("selective", "full"):
             v = variants[mode]
             tot[f"activation_bytes_{mode}"] = v.retained_bytes

@@ -84,6 +84,14 @@ def _kwargs_follow_dp(args, kwargs: dict, mesh: DeviceMesh) -> dict:
     return {k: follow(v) for k, v in kwargs.items()}
 
 
+def _fresh(n: fx.Node) -> bool:
+    """Whether ``n`` makes new tensors: not a view or alias of its input, nor an op that writes
+    one in place (relaying those out would lose the aliasing)."""
+    t = n.target
+    return isinstance(t, torch._ops.OpOverload) and not t.is_view and not t._schema.is_mutable \
+        and t._overloadpacket not in (torch.ops.aten.alias, torch.ops.aten._unsafe_view, torch.ops.aten.detach)
+
+
 def written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
     """``(op, argument)`` pairs the interpreter must pass as they are: an argument an op writes in
     place, and along its chain of views the base each view reads. Redistributing any of them
@@ -238,7 +246,8 @@ class PlacedLayer:
         """The ``(dp, tp)`` layout of each non-parameter input, in forward-argument order, as the
         runtime lays them out: a user input (in ``inputs``) and a value computed from one (in
         ``propagated``: hidden states, an encoder's output; with nothing known, every hidden
-        state) are batch-sharded on dp, as DTensor propagates them; a value
+        state) are batch-sharded on dp, as DTensor propagates them (a batch of one on one dp rank
+        is whole); a value
         made from factories with the batch in dim 0 (in ``batched``: a mask) is split on dp
         where dp > 1, else replicated."""
         out = []
@@ -247,7 +256,9 @@ class PlacedLayer:
             tp_p = self._plan[ph.name].outputs[0]
             v = ph.meta["val"]
             if name in inputs or name in propagated or (role == "activation" and not propagated):
-                batch = True  # (with nothing known, a hidden state is batched)
+                # (with nothing known, a hidden state is batched; a batch of one on one dp rank is
+                # whole: DTensor cannot fold a Shard(0) dim of size one into another)
+                batch = split or (v.ndim >= 1 and v.shape[0] > 1)
             else:  # made from factories: split on dp where dp > 1 and it has the batch
                 batch = split and name in batched and v.shape[0] % self.mesh.size(0) == 0
             out.append((Shard(0) if batch and v.ndim >= 1 else R, tp_p))
@@ -332,6 +343,16 @@ class PlacedLayer:
         for g, w in zip(got, want_out):
             if g is not None and w is not None and g != w:
                 self.mismatches.add(f"{n.name}: planned {pstr(w)}, DTensor gave {pstr(g)}")
+        if any(g is not None and w is not None and g != w for g, w in zip(got, want_out)) and _fresh(n):
+            # DTensor's dispatch picked another of its strategies than the plan's (a new_zeros of a
+            # sharded input follows it, where the plan may keep it whole): laid out as planned,
+            # so that what later reads or writes it in place sees the plan's layout
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            for j, (o, w) in enumerate(zip(outs, want_out)):
+                if isinstance(o, DTensor) and w is not None and o.placements[1] != w:
+                    outs[j] = _to_partial(o, self.mesh) if isinstance(w, Partial) else \
+                        o.redistribute(self.mesh, (o.placements[0], w))
+            out = type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
         if self.mesh.size(1) > 1 and torch.is_grad_enabled():
             if isinstance(out, DTensor):
                 out = _sum_grad_here(out)

@@ -18,7 +18,9 @@ by the runner (:mod:`galvatron_fx.passes.runner`):
 3. ``clean_up_graphs`` — no dead ops or identity views; the collectives recorded;
 4. ``hoist_saved_collectives`` — small saved-value all-reduces taken out of the backward, to be
    launched from forward;
-5. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
+5. ``schedule_collectives`` — each collective issued as soon as its inputs exist and waited for
+   where its result is first read (a loss's target count all-reduced while its log-softmax runs);
+6. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
 
 Then the program passes: ``bucket_gradients`` (the fused data-parallel communication: DDP
 buckets, FSDP gathers and reduce-scatters per layer) and ``split_stages`` (per stage, the step
@@ -50,6 +52,7 @@ from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_collectives_
 from galvatron_fx.passes.mark_recompute import mark_recompute_pass
 from galvatron_fx.passes.partition_graphs import partition_graphs_pass
 from galvatron_fx.passes.runner import PassContext, run_passes
+from galvatron_fx.passes.schedule_collectives import schedule_collectives_pass
 from galvatron_fx.passes.split_stages import split_stages_pass
 
 log = logging.getLogger(__name__)
@@ -57,7 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "lower", "lower_layer"]
 
 LAYER_PASSES = (apply_placements_pass, partition_graphs_pass, clean_up_graphs_pass, hoist_saved_collectives_pass,
-                mark_recompute_pass)
+                schedule_collectives_pass, mark_recompute_pass)
 PROGRAM_PASSES = (bucket_gradients_pass, split_stages_pass)
 
 _FAKE_MESHES: dict[tuple[int, int], object] = {}
@@ -117,6 +120,19 @@ def lower_layer(mg: ModelGraph, layer, option, strategy, mesh, *, decomposed: De
     return prog
 
 
+def _lowerings(mg: ModelGraph) -> dict:
+    """The layer lowerings made for ``mg``, kept on its graph module (they live as long as it):
+    a layer's graphs depend only on its kind, placements, recompute, mesh, dtype and which
+    values are batched, all in the key."""
+    return mg.gm.meta.setdefault("gfx_lowered_layers", {})
+
+
+def _mesh_key(mesh) -> tuple:
+    """A mesh by what its lowered graphs name: its device type, ranks and process groups."""
+    return (mesh.device_type, tuple(mesh.mesh.flatten().tolist()),
+            tuple(mesh.get_group(i).group_name for i in range(mesh.ndim)))
+
+
 def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: str | Path | None = None,
           resolve: Callable | None = None, layers=None) -> LoweredProgram:
     """The program ``plan`` runs on ``mg`` (see module doc); ``layers``: only these layer
@@ -152,9 +168,15 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
         key = (layer.kind, tuple(sorted(option.placements.items())), str(st.recompute), (lp.dp, st.tp),
                str(dtype), id(mesh))
         if key not in program.layer_graphs:
-            sub = dump / "passes" / layer.name if dump is not None else None
-            program.layer_graphs[key] = lower_layer(mg, layer, option, st, mesh, decomposed=dl, compute_dtype=dtype,
-                                              dump_dir=sub, key=key)
+            # lowerings of this graph are kept with it (another plan of the same model reuses
+            # those it shares), unless this lowering dumps its passes
+            shared = _lowerings(mg) if dump is None else {}
+            gkey = key[:-1] + (_mesh_key(mesh), tuple(sorted(mg.batched)))
+            if gkey not in shared:
+                sub = dump / "passes" / layer.name if dump is not None else None
+                shared[gkey] = lower_layer(mg, layer, option, st, mesh, decomposed=dl, compute_dtype=dtype,
+                                           dump_dir=sub, key=key)
+            program.layer_graphs[key] = shared[gkey]
         program.layers.append(LoweredLayer(name=lp.name, kind=layer.kind, stage=lp.stage, strategy=st, dp=lp.dp,
                                            graphs=program.layer_graphs[key], param_names=_param_fqns(mg, dl),
                                            option_source=source))

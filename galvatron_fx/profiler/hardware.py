@@ -19,6 +19,12 @@ group; a row keeps the fastest pass, which is robust on shared hosts. Sizes foll
 ``galvatron_fx.cost_models.communication``. Point-to-point is timed as half a ping-pong for every
 rank pair, in round-robin rounds of disjoint pairs. The rows are fitted, and the profile kept
 and cached, by :mod:`galvatron_fx.profiler.hardware_profile`.
+
+The host's fixed costs: a kernel launch is timed as a chain of one-element in-place adds, a
+layer call as a one-weight ``Linear`` run forward and backward through autograd, less its
+kernels' launches, halved per direction (rows ``kernel_launch`` and ``layer_call``). On a GPU,
+the memory beside PyTorch's allocator is measured too: the CUDA context before the first
+communicator, and one new communicator's buffers (row ``device_memory``).
 """
 
 from __future__ import annotations
@@ -306,6 +312,11 @@ def profile_hardware(
         be = str(dist.get_backend())
         device = torch.device("cuda", torch.cuda.current_device()) if be == "nccl" else torch.device("cpu")
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        # the CUDA context (with cuBLAS loaded) before this rank's first collective makes a communicator
+        if device.type == "cuda":
+            torch.ones(8, 8, device=device) @ torch.ones(8, 8, device=device)
+            sync()
+        context_bytes = _outside_allocator_bytes(device) if device.type == "cuda" else 0
 
         hosts: list[str] = [""] * world
         dist.all_gather_object(hosts, hostname())
@@ -385,6 +396,10 @@ def profile_hardware(
         mem_bw = 0.0
         if compute:
             compute_rows, mem_bw = _measure_compute(device, sync, matmul_sizes, dtypes, attention_seq_lens, repeats, bar)
+            compute_rows += _measure_fixed_costs(device, sync, repeats)
+            if device.type == "cuda":
+                compute_rows.append(dict(op="device_memory", size=0, dtype="", time_s=0.0, context_bytes=context_bytes,
+                                         comm_buffer_bytes=_measure_comm_buffers(device, dist, sync)))
         overlap_info: dict[str, float] = {}
         if overlap and world > 1:
             overlap_info = _measure_overlap(device, sync, dist, repeats)
@@ -472,6 +487,68 @@ def _measure_compute(device, sync, matmul_sizes, dtypes, seq_lens, repeats, bar)
     return rows, 2 * x.numel() * 4 / t
 
 
+def _measure_fixed_costs(device, sync, repeats: int) -> list[dict]:
+    """The host's fixed costs (see the module doc): seconds per kernel launch, from a chain of
+    one-element kernels, and per layer call and direction, from a one-weight layer run forward
+    and backward through autograd, less its kernels' launches."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from galvatron_fx.passes.kernel_costs import is_free
+
+    x = torch.zeros(1, device=device)
+    chain = 100
+
+    def kernels():
+        for _ in range(chain):
+            x.add_(1.0)
+
+    kernel_s = _timed(kernels, 1, repeats, sync) / chain
+    layer = torch.nn.Linear(1, 1, device=device)
+    inp = torch.ones(1, 1, device=device)
+
+    def call():
+        layer(inp).sum().backward()
+
+    class _Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not is_free(func):
+                _Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        call()
+    call_s = _timed(call, 1, repeats, sync)
+    layer_s = max(0.0, call_s - _Count.n * kernel_s) / 2
+    return [dict(op="kernel_launch", size=chain, dtype="float32", time_s=kernel_s),
+            dict(op="layer_call", size=_Count.n, dtype="float32", time_s=layer_s)]
+
+def _outside_allocator_bytes(device) -> int:
+    """Bytes a CUDA device holds beside PyTorch's caching allocator (context, NCCL buffers)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return int(total - free - torch.cuda.memory_reserved(device))
+
+
+def _measure_comm_buffers(device, dist, sync) -> int:
+    """CUDA only: the buffers one new communicator holds (a fresh group of every rank, before
+    and after its first all-reduce); 0 elsewhere."""
+    import torch
+
+    if device.type != "cuda":
+        return 0
+    sync()
+    before = _outside_allocator_bytes(device)
+    group = dist.new_group(list(range(dist.get_world_size())))
+    t = torch.ones(1024, device=device)
+    dist.all_reduce(t, group=group)
+    sync()
+    return max(0, _outside_allocator_bytes(device) - before)
+
+
 def _measure_overlap(device, sync, dist, repeats: int) -> dict[str, float]:
     """Compute alone, all-reduce alone, and both at once; slowdown = both / max(alone)."""
     import torch
@@ -551,7 +628,13 @@ def run_cli(args: argparse.Namespace) -> int:
                     bw = bandwidth_factor(coll, n) / f.beta_s_per_byte / 1e9 if f.beta_s_per_byte else float("inf")
                     print(f"{t.name:<11} {coll:<15} {n:>3} {f.alpha_s * 1e6:>9.1f} {bw:>11.3f}")
         for r in prof.compute:
-            print(f"{r['op']:<9} {r['size']:>5} {r['dtype']:<9} {r['flops_s'] / 1e9:8.1f} GFLOP/s")
+            if "flops_s" in r:
+                print(f"{r['op']:<9} {r['size']:>5} {r['dtype']:<9} {r['flops_s'] / 1e9:8.1f} GFLOP/s")
+            elif r["op"] == "device_memory":
+                print(f"CUDA context {r['context_bytes'] / 2**20:.0f} MiB, one communicator's buffers "
+                      f"{r['comm_buffer_bytes'] / 2**20:.0f} MiB")
+            else:
+                print(f"{r['op']:<13} {r['time_s'] * 1e6:8.1f} µs" + (" per direction" if r["op"] == "layer_call" else ""))
         print(f"overlap slowdown {c.overlap_slowdown:.2f}; unsupported: {prof.unsupported or 'none'}")
         for msg in prof.slow_links:
             print(msg)

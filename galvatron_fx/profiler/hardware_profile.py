@@ -245,12 +245,18 @@ def detect_slow_links(
     return reports
 
 
+# the caching allocator's reserve at the peak, which a synthetic profile cannot provoke: max
+# reserved / max allocated in LLM training runs on A100s (see the presets in galvatron_fx.cluster)
+GPU_ALLOCATOR_FACTOR = 1.25
+
+
 def build_cluster(
     rows, compute_rows, mem_bw, overlap_info, *, backend, device, num_nodes, dpn, fingerprint, hosts, colls_supported
 ) -> Cluster:
     """The ``Cluster`` a profiling run measured: link tiers from the fits of ``rows`` (latency the
     smallest group's all-reduce alpha, bus bandwidth from the largest group's beta), device peaks
-    from the fastest matmul per dtype, overlap slowdown from ``overlap_info``."""
+    from the fastest matmul per dtype, overlap slowdown from ``overlap_info``; on GPUs the fixed
+    costs per kernel and layer call and the context and communicator memory measured."""
     import torch
 
     fits = fit_rows(rows)
@@ -270,7 +276,21 @@ def build_cluster(
             peak[r["dtype"]] = max(peak.get(r["dtype"], 0.0), r["flops_s"])
     if not peak:
         peak = {"float32": 20e9}
-    spec = DeviceSpec(kind=kind, memory_bytes=int(memory), peak_flops=peak, memory_bandwidth_bytes_s=mem_bw or 10e9)
+    # GPUs: the host's fixed costs and the memory beside the tensors, as measured (a CPU's
+    # fixed costs belong to its calibration, cost_models.cpu_runtime)
+    fixed: dict[str, Any] = {}
+    if device.type == "cuda":
+        by_op = {r["op"]: r for r in compute_rows}
+        if "kernel_launch" in by_op:
+            fixed["kernel_overhead_s"] = by_op["kernel_launch"]["time_s"]
+        if "layer_call" in by_op:
+            fixed["layer_overhead_s"] = by_op["layer_call"]["time_s"]
+        if "device_memory" in by_op:
+            fixed["context_bytes"] = int(by_op["device_memory"]["context_bytes"])
+            fixed["comm_buffer_bytes"] = int(by_op["device_memory"]["comm_buffer_bytes"])
+        fixed["allocator_factor"] = GPU_ALLOCATOR_FACTOR
+    spec = DeviceSpec(kind=kind, memory_bytes=int(memory), peak_flops=peak, memory_bandwidth_bytes_s=mem_bw or 10e9,
+                      **fixed)
 
     def tier(name: TierName, lat: float, bw: float) -> LinkTier:
         f = fits.get(name, {})

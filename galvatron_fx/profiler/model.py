@@ -65,7 +65,7 @@ __all__ = [
     "load_efficiency", "fit_efficiency",
 ]
 
-CACHE_SCHEMA_VERSION = 1
+CACHE_SCHEMA_VERSION = 2  # 2: kernel bytes without metadata queries
 _Point = tuple[int, str, np.ndarray, np.ndarray, int, float]  # group, dir, flops, bytes, kernels, t
 
 

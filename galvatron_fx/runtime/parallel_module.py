@@ -14,7 +14,8 @@ ranks (one mesh per shape, shared); a *value* is a tensor one layer makes and ot
 (named by the captured graph); a *transition* moves a value to the layout the reader wants:
 DTensor ``redistribute`` on one mesh, :func:`~galvatron_fx.runtime.reshard.reshard` across meshes.
 
-Layouts: user inputs with a batch dim are ``Shard(0)`` on dp (and as planned on tp); buffers are
+Layouts: user inputs with a batch dim are ``Shard(0)`` on dp (whole for a batch of one on one dp
+rank; and as planned on tp); buffers are
 replicated; a hidden state keeps its dp placement (``Shard(0)``) and takes the reader's planned tp
 placement. A parameter no layer reads (declared in the model, not reached by the traced graph) is
 held whole on every rank outside ``parameters()`` (no gradient reaches it), untouched, and kept in
@@ -303,7 +304,8 @@ class ParallelModule(DataParallelMixin, nn.Module):
         if full.is_floating_point() and full.dtype != self.compute_dtype:
             full = full.to(self.compute_dtype)  # mixed precision: float inputs and buffers too
         # every rank holds the same full tensor: each takes its piece, no collective
-        dp_p = Shard(0) if name in batched else R
+        # (a batch of one on one dp rank is whole, as the lowering lays it out)
+        dp_p = Shard(0) if name in batched and (mesh.size(0) > 1 or (full.ndim >= 1 and full.shape[0] > 1)) else R
         if ex.lowered is not None and isinstance(tp_p, Replicate) and full.ndim >= 1:
             # the piece straight away, for a graph that takes it (DTensor's even Shard(0) split)
             dp = mesh.size(0)

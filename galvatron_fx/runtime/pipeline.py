@@ -24,7 +24,7 @@ Algorithm:
   local tensors, as ``PipelineStage`` sends them: a user input travels whole; an activation is
   sent in a *canonical* layout on the producer's ``(dp, tp)`` shape — ``(Shard(0), Replicate)``
   for a batch activation (a value one layer reads), ``(Replicate, Replicate)`` for a value many
-  layers read — so rank ``i`` of the next stage rebuilds the same DTensor on its own
+  layers read or a batch of one on one dp rank — so rank ``i`` of the next stage rebuilds the same DTensor on its own
   same-shaped mesh with ``from_local`` and reshards it to what its reader wants. Both sides
   derive the layout from the plan and the graph; nothing about layouts is sent.
 * Schedules: ``gpipe`` → ``ScheduleGPipe``, ``1f1b`` → ``Schedule1F1B``, ``interleaved_1f1b`` →
@@ -291,7 +291,8 @@ class PipelineModule(nn.Module):
             lp = plan.layers[i]
             for n in layer.output_names:
                 val = by_name[n].meta["val"]
-                batch = val.ndim >= 1 and val.is_floating_point() and readers.get(n, 0) == 1
+                batch = val.ndim >= 1 and val.is_floating_point() and readers.get(n, 0) == 1 and \
+                    (lp.dp > 1 or val.shape[0] > 1)
                 out[n] = ((lp.dp, lp.strategy.tp), (Shard(0) if batch else R, R), tuple(val.shape))
         return out
 

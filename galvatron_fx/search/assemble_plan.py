@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
-from galvatron_fx.cost_models.memory import LayerMemory, stage_peak_bytes
+from galvatron_fx.cost_models.memory import LayerMemory, reserved_bytes, stage_peak_bytes, tensor_budget_bytes
 from galvatron_fx.inspect import fmt_bytes
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import (
@@ -79,6 +79,10 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         peaks.append(stage_peak_bytes([x for st in sts for x in shared_tied_memory(mg, cm, st)],
                                       [st.in_flight for st in sts for _ in st.choices],
                                       grads_held=best.m > 1 or best.pp > 1))
+    # what each stage's device shows: its tensors and the fixed terms (cost_models.memory)
+    reserved = [reserved_bytes(peak, cluster.device(r * devices), plan_communicators(best.stages[r::best.pp], best.pp))
+                for r, peak in enumerate(peaks)]
+    tensor_budget = tensor_budget_bytes(budget, cluster)
     # what the stage DPs held each rank to (every gradient and the largest temporary added up):
     # the measure alternatives are refused by
     searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
@@ -90,7 +94,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
             layer = mg.layers[i]
             x = st.choices[j]
             pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes)
-            alts = _alternatives(st, j, best.m, budget, stage_mem)
+            alts = _alternatives(st, j, best.m, tensor_budget, stage_mem)
             layer_plans.append(LayerPlan(
                 name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
                 placements=dict(x.option.placements) if x.option is not None else {},
@@ -108,10 +112,32 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         predicted=PlanPrediction(step_time_s=best.step_time_s,
                                  throughput_samples_s=samples * best.m / best.step_time_s,
                                  peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
+                                 reserved_peak_bytes=tuple(reserved),
                                  bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
-        solver_stats=stats, baseline=baseline, notes=(),
+        solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, budget)),
     )
     return plan
+
+
+def _over_budget_notes(reserved: list[int], budget: int) -> list[str]:
+    """A note per stage whose device peak exceeds the budget: the search allowed for
+    ``BUDGET_COMMUNICATORS`` process groups per rank, and the plan's layers use more."""
+    return [f"stage {s}: the device is predicted to hold {fmt_bytes(r)}, over the {fmt_bytes(budget)} budget, "
+            f"because its layers use more process groups than the search allowed for (each holds communicator "
+            f"buffers); cap the search's degrees or lower the budget" for s, r in enumerate(reserved) if r > budget]
+
+
+def plan_communicators(chunks, pp: int) -> int:
+    """Process groups one rank of a stage (its ``chunks``) communicates in: the world, each
+    data-parallel and tensor-parallel group of its layers' meshes, the pipeline's neighbours."""
+    groups = set()
+    for st in chunks:
+        for x in st.choices:
+            if x.dp > 1:
+                groups.add(("dp", x.dp, x.strategy.tp))
+            if x.strategy.tp > 1:
+                groups.add(("tp", x.strategy.tp))
+    return 1 + len(groups) + (min(2, pp - 1) if pp > 1 else 0)
 
 
 def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory]:

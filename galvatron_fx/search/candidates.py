@@ -404,7 +404,8 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
         events = trace.comm if trace is not None else (opt.comm if opt is not None else ())
         tp_comm = _comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
                           compute_s={"fwd": fwd_s, "bwd": bwd_s})
-        temp = trace.bwd_transient_bytes if trace is not None else 0
+        # the backward's transient: lowered, or the captured layer's own (its tp share)
+        temp = trace.bwd_transient_bytes if trace is not None else layer.costs.bwd_transient_bytes * af
         tp_colls = tp_collectives(events, frac, tp, again_fwd=rc != Recompute.NONE)
         # a loss's own data-parallel collectives (lowered at dp = 2: per-sample bytes scale from there)
         dp_events = [CommEvent(e.direction, e.value, e.collective, int(e.nbytes * 2 * frac) if e.per_sample

@@ -482,7 +482,9 @@ def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by
     chosen = {n: problem.strategies[n][i] for n, i in choice.items()}
     total, events = evaluate(problem, choice)
     if solve is not None:
-        assert abs(total - solve[0]) <= 1e-9 + 1e-6 * abs(solve[0]), \
+        # (10 ns absolute: on a cluster priced without latency, reshards of a few bytes cost
+        # single nanoseconds, which the ILP and the oracle may attribute differently)
+        assert abs(total - solve[0]) <= 1e-8 + 1e-6 * abs(solve[0]), \
             f"ILP objective {solve[0]} != evaluated {total} for {layer.name}"
     role = dict(zip((ph.name for ph in dl.inputs), dl.input_roles))
     weights = param_values(dl)

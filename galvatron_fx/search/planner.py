@@ -55,6 +55,7 @@ from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
 from galvatron_fx.cost_models.pipeline import StageCost
+from galvatron_fx.cost_models.memory import tensor_budget_bytes
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
@@ -82,7 +83,9 @@ class _Search:
     def __init__(self, mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace,
                  global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None):
         self.mg, self.cluster, self.cm, self.space = mg, cluster, cm, space
-        self.global_batch, self.budget = global_batch, budget
+        # the budget is what a device may show in use; the tensors get what its fixed terms leave
+        self.global_batch, self.device_budget = global_batch, budget
+        self.budget = budget = tensor_budget_bytes(budget, cluster)
         self.world = cluster.world_size
         self.dpn = cluster.devices_per_node
         self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1

@@ -179,6 +179,7 @@ def _job_reload(tmp: str) -> dict:
 def _job_malicious(tmp: str) -> dict:
     import hashlib
     import pickle
+    import shutil
 
     import torch
     import torch.distributed as dist
@@ -189,6 +190,9 @@ def _job_malicious(tmp: str) -> dict:
     pm = _compile(model, inputs)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     d = Path(tmp) / "malicious"
+    if dist.get_rank() == 0 and d.exists():  # left by a first run of this spawn (see harness.spawn)
+        shutil.rmtree(d)
+    dist.barrier()
     ck.save(pm, opt, d, step=1)
     marker = Path(tmp) / "payload-ran"
     if dist.get_rank() == 0:

@@ -30,6 +30,9 @@ CASES = {
         "tp2-selective": ("gpt-tiny", 4, 1, (1, 2, "none", "selective")),
         "llama-tp2-sp": ("llama-tiny", 4, 1, (1, 2, "megatron", "none")),
         "dp2-zero3-m2": ("gpt-tiny", 8, 2, (2, 1, "none", "none", "zero3")),  # tied embedding/head: one unit
+        # a batch of one on one dp rank (a tensor-parallel stage's micro-batch 1): inputs whole
+        "tp2-batch1": ("gpt-tiny", 1, 1, (1, 2, "none", "none")),
+        "llama-tp2-sp-batch1": ("llama-tiny", 1, 1, (1, 2, "megatron", "none")),
     },
     4: {
         "dp2tp2": ("gpt-tiny", 4, 1, (2, 2, "none", "none")),
@@ -522,7 +525,9 @@ def _check_numerics(results: dict, key: str) -> dict:
         c = by_case[key]
         assert max(c["loss_errs"]) <= TOL, f"rank {rank}: losses differ by {c['loss_errs']}"
         assert c["grad_err"] <= TOL, f"rank {rank}: gradients differ by {c['grad_err']}"
-        assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters after {STEPS} steps differ by {c['param_err']}"
+        # (a batch of one leaves more near-zero gradients for Adam to normalise: lr-sized noise)
+        tol = 10 * PARAM_TOL if key.endswith("batch1") else PARAM_TOL
+        assert c["param_err"] <= tol, f"rank {rank}: parameters after {STEPS} steps differ by {c['param_err']}"
         assert c["grads_compared"] == c["num_ref_params"], "some parameters got no gradient"
         assert c["missing_keys"] == [], f"state_dict lacks {c['missing_keys']}"
     assert r["param_moved"] > 10 * PARAM_TOL, "the optimizer did not move the parameters: the test cannot fail"

@@ -11,6 +11,7 @@ overhead-bound layer within 60%.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -81,12 +82,20 @@ def test_roofline_matmul_vs_memory_bound_on_h200():
     want = nbytes / (4.8e12 * 0.8) + 4e-6
     assert cm.node_time_s(2**29, nbytes) == pytest.approx(want, rel=1e-12)
     assert cm.node_time_s(0, 0) == 0.0  # views are free
-    # float32 peak is 67 TF: the same GEMM is ~15x slower
-    assert ComputeModel(cluster, eff, dtype="float32").node_time_s(mm_flops, mm_bytes) > 10 * cm.node_time_s(mm_flops, mm_bytes)
+    # fp32 matmuls run on TF32 tensor cores (494.5 TF) where the cluster allows it, as NVIDIA
+    # presets do; without TF32 the float32 peak is 67 TF: the same GEMM is ~15x slower
+    assert cluster.allow_tf32
+    tf32 = ComputeModel(cluster, eff, dtype="float32").node_time_s(mm_flops, mm_bytes)
+    assert tf32 == pytest.approx(mm_flops / (494.5e12 * 0.5) + 4e-6, rel=1e-12)
+    strict = dataclasses.replace(cluster, allow_tf32=False)
+    assert ComputeModel(strict, eff, dtype="float32").node_time_s(mm_flops, mm_bytes) > 10 * cm.node_time_s(mm_flops, mm_bytes)
+    assert not Cluster.local_cpu(1).allow_tf32
 
 
 def test_defaults_by_device_kind():
-    assert default_efficiency(Cluster.preset("dgx-a100-80g").device(0)) is GPU_DEFAULT
+    a100 = default_efficiency(Cluster.preset("dgx-a100-80g").device(0))  # with the preset's fixed costs
+    assert (a100.matmul, a100.memory, a100.async_launch) == (GPU_DEFAULT.matmul, GPU_DEFAULT.memory, True)
+    assert a100.layer_overhead_s == Cluster.preset("dgx-a100-80g").device(0).layer_overhead_s > 0
     assert 0.6 <= GPU_DEFAULT.matmul <= 0.7 and GPU_DEFAULT.memory == pytest.approx(0.8)
     assert default_efficiency(Cluster.local_cpu(1).device(0)) is CPU_DEFAULT
 
@@ -111,8 +120,36 @@ def test_layer_times_scale_with_batch_and_tp(graphs):
     # the sum of per-node rooflines, by hand
     from galvatron_fx.cost_models.compute import node_sums
 
-    hand = sum(max(ff / (67e12 * 0.6), fb / (4.8e12 * 0.8)) for ff, fb, _, _ in node_sums(mg, block) if ff or fb)
+    hand = sum(max(ff / (494.5e12 * 0.6), fb / (4.8e12 * 0.8)) for ff, fb, _, _ in node_sums(mg, block) if ff or fb)
     assert f1 == pytest.approx(hand, rel=1e-12)
+
+
+def test_bytes_priced_in_the_compute_dtype_and_fixed_costs(graphs):
+    mg = graphs(4)  # captured in fp32
+    block = mg.blocks()[0]
+    cluster = Cluster.preset("h200")
+    eff = ComputeEfficiency(matmul=1e6, memory=0.8, overhead_s=0.0)  # FLOPs free: all memory-bound
+    f32, b32 = ComputeModel(cluster, eff, dtype="float32").layer_times_s(mg, block)
+    f16, b16 = ComputeModel(cluster, eff, dtype="bfloat16").layer_times_s(mg, block)
+    assert (f16, b16) == pytest.approx((f32 / 2, b32 / 2), rel=1e-6)  # a bf16 plan moves half the bytes
+    # a fixed cost per layer call in each direction, not scaled by the batch
+    fixed = dataclasses.replace(eff, layer_overhead_s=1e-3)
+    cm = ComputeModel(cluster, fixed, dtype="float32")
+    f, b = cm.layer_times_s(mg, block)
+    assert (f, b) == pytest.approx((f32 + 1e-3, b32 + 1e-3), rel=1e-9)
+    fh, _ = cm.layer_times_s(mg, block, batch_fraction=0.5)
+    assert fh == pytest.approx(f32 / 2 + 1e-3, rel=1e-9)
+    _, bre = cm.layer_times_s(mg, block, recompute="full")  # the recomputed forward is a call too
+    _, bre0 = ComputeModel(cluster, eff, dtype="float32").layer_times_s(mg, block, recompute="full")
+    assert bre == pytest.approx(bre0 + 2e-3, rel=1e-9)
+    # launched asynchronously (a GPU), the host's fixed work overlaps the kernels: the longer wins
+    asy = ComputeModel(cluster, dataclasses.replace(fixed, async_launch=True), dtype="float32")
+    assert asy.layer_times_s(mg, block) == pytest.approx((max(f32, 1e-3), max(b32, 1e-3)), rel=1e-9)
+    assert GPU_DEFAULT.async_launch and not CPU_DEFAULT.async_launch
+    # a device spec's measured fixed costs replace the defaults
+    dev = dataclasses.replace(cluster.device(0), kernel_overhead_s=7e-6, layer_overhead_s=2e-4)
+    d = default_efficiency(dev)
+    assert (d.overhead_s, d.layer_overhead_s) == (7e-6, 2e-4) and d.matmul == GPU_DEFAULT.matmul
 
 
 def test_recompute_adds_backward_time(graphs):

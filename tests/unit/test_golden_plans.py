@@ -22,6 +22,7 @@ import pytest
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
+from galvatron_fx.cost_models.memory import BUDGET_COMMUNICATORS
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 UPDATE = os.environ.get("GFX_UPDATE_GOLDEN") == "1"
@@ -39,9 +40,16 @@ class Case:
     preset: str
     nodes: int
     global_batch_size: int
-    memory_budget: int | None  # bytes per device; None: the devices' own memory
+    memory_budget: int | None  # bytes per device; None: the devices' own memory (names: the tensors' share)
     covers: str  # what the case is there for ...
     check: Callable[[dict], bool]  # ... tested on its golden subset, so an update cannot lose it
+
+
+def _device_budget(tensor_bytes: int, preset: str = "rtx4090-pcie") -> int:
+    """The device budget that leaves ``tensor_bytes`` to the tensors of a plan (the device's
+    context, communicator buffers and allocator reserve on top: cost_models.memory)."""
+    d = gfx.Cluster.preset(preset).device(0)
+    return int(d.context_bytes + BUDGET_COMMUNICATORS * d.comm_buffer_bytes + d.allocator_factor * tensor_bytes)
 
 
 CASES = [
@@ -49,11 +57,11 @@ CASES = [
          "one node of 8 GPUs", lambda g: g["world_size"] == 8),
     Case("llama-tiny_a100x16_2nodes_gb8", "llama-tiny", 256, "dgx-a100-80g", 2, 8, None,
          "two nodes, a batch below the world size", lambda g: g["world_size"] == 16),
-    Case("bert-tiny_rtx4090x8_20mib", "bert-tiny", 256, "rtx4090-pcie", 1, 64, 20 * MiB,
+    Case("bert-tiny_rtx4090x8_20mib", "bert-tiny", 256, "rtx4090-pcie", 1, 64, _device_budget(20 * MiB),
          "memory pressure (ZeRO or recompute)",
          lambda g: any(l["strategy"]["dp_type"] != "ddp" or l["strategy"]["recompute"] != "none"
                        for l in g["layers"])),
-    Case("gpt2-small_rtx4090x8_2gib_pipeline", "gpt2-small", 1024, "rtx4090-pcie", 1, 64, 2 * GiB,
+    Case("gpt2-small_rtx4090x8_2gib_pipeline", "gpt2-small", 1024, "rtx4090-pcie", 1, 64, _device_budget(2 * GiB),
          "pipeline parallelism (pp > 1)", lambda g: g["pp"] > 1),
     Case("gpt2-small_a100x8_gb2_tensor_parallel", "gpt2-small", 1024, "dgx-a100-80g", 1, 2, None,
          "tensor parallelism in the blocks (tp > 1)",

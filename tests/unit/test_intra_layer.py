@@ -157,8 +157,10 @@ def test_solves_are_fast(blocks, cost_model):
 
 @pytest.mark.parametrize("name", ["gpt2-small", "llama2-7b"])
 def test_ulysses_moves_the_sequence_split_to_heads_around_attention(cost_model, name):
-    # one long sequence: the batch cannot be split, so only the sequence or the heads can
-    model, inputs = zoo.build(name, batch_size=1, seq_len=1024, device="meta", overrides={"n_layers": 2})
+    # one long sequence: the batch cannot be split, so only the sequence or the heads can (at
+    # 1,024 tokens gpt2-small's block is cheap enough to gather the sequence and compute it whole)
+    model, inputs = zoo.build(name, batch_size=1, seq_len=4096, device="meta",
+                              overrides={"n_layers": 2, "max_seq_len": 4096})
     mg = gfx.capture(model, inputs)
     layer = mg.blocks()[1]
     opt = solve_intra_layer(mg, layer, 2, "ulysses", cost_model)

@@ -19,8 +19,9 @@ import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.passes.dump_program import compare_with_plan, write_program
-from galvatron_fx.passes.lower_program import lower
 from galvatron_fx.recompute import Recompute
+
+lower = gfx.lower  # the public entry point
 
 BATCH, SEQ = 8, 64
 
@@ -273,6 +274,7 @@ def test_dumps_name_parameters_and_the_runner_dumps_every_pass(tiny, a100, tmp_p
 def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory):
     _, prog, _, _ = _program(tiny, a100, "tp+megatron", tmp_path_factory)
     from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
+    from galvatron_fx.passes.schedule_collectives import schedule_collectives
 
     for lg in prog.layer_graphs.values():
         for slot, mine in (("fw", lg.fw), ("bw", lg.bw)):
@@ -280,6 +282,7 @@ def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory):
             drop_unused_ops(theirs)
             if drop_identity_views(theirs):
                 drop_unused_ops(theirs)
+            schedule_collectives(theirs)  # (the program's collectives are scheduled: the same nodes, reordered)
             ops = lambda g: [str(n.target) for n in g.graph.nodes if n.op == "call_function"]  # noqa: E731
             if slot == "bw" and lg.hoisted:
                 continue  # (the program's backward lost its hoisted all-reduces)
@@ -306,3 +309,53 @@ def test_the_lower_command_writes_the_program_and_says_whether_it_matches(tmp_pa
     assert (tmp_path / "low" / "blocks.0.fw.txt").exists() and (tmp_path / "low" / "passes").is_dir()
     # another model's plan is refused
     assert main(["lower", "llama-tiny", "--plan", str(plan_path), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_collectives_are_issued_early_and_waited_late(tiny, a100, tmp_path_factory):
+    """schedule_collectives: a data-parallel mean loss all-reduces its target count before its
+    log-softmax and waits where it divides; the reordered graph computes the same values."""
+    import copy
+
+    import torch
+
+    from galvatron_fx.passes.schedule_collectives import schedule_collectives
+
+    plan, prog, _summary, _out = _program(tiny, a100, "ddp", tmp_path_factory)
+    loss = next(lg for lg in prog.layer_graphs.values() if lg.name == "loss")
+    ops = [n for n in loss.fw.graph.nodes if n.op == "call_function"]
+    names = [str(n.target) for n in ops]
+    ar = next(i for i, t in enumerate(names) if "all_reduce" in t)
+    wait = next(i for i, t in enumerate(names) if "wait_tensor" in t)
+    assert ar < names.index("aten._log_softmax.default") < wait
+    assert ops[wait + 1].target is torch.ops.aten.div.Tensor  # waited where the mean divides
+    assert schedule_collectives(loss.fw) == 0  # scheduled once, stable after
+    # the pass only reorders: an unscheduled copy computes the same values (the stand-in group
+    # sums over one rank)
+    g = torch.Generator().manual_seed(0)
+    vals = [n.meta["val"] for n in loss.fw.graph.nodes if n.op == "placeholder"]
+    args = [torch.randn(v.shape, generator=g) if v.is_floating_point() else
+            torch.randint(0, 512, v.shape, generator=g) for v in vals]
+    unscheduled = copy.deepcopy(loss.fw)
+    for n in [n for n in unscheduled.graph.nodes if "wait_tensor" in str(n.target)]:
+        n.args[0].append(n)  # back to right after its collective, as traced
+    unscheduled.recompile()
+    for a, b in zip(loss.fw(*args), unscheduled(*args)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["gpt-tiny", "llama-tiny"])
+def test_a_batch_of_one_on_one_dp_rank_lowers(name, a100):
+    """On one data-parallel rank inputs are whole (Replicate), not Shard(0) of a batch of one,
+    which DTensor cannot fold into the sequence dim (the micro-batch 1 of a tensor-parallel
+    stage)."""
+    model, inputs = zoo.build(name, batch_size=1, seq_len=SEQ, device="cpu", seed=0)
+    mg = gfx.capture(model, inputs)
+    import dataclasses
+
+    for tp in (1, 2):
+        plan = gfx.plan(mg, dataclasses.replace(a100, devices_per_node=tp), global_batch_size=1, baselines=False,
+                        search={"tp": (tp,), "pp": (1,), "num_microbatches": (1,), "max_tp": tp,
+                                "vocab_parallel": False})
+        assert {lp.dp for lp in plan.layers} == {1}
+        prog = lower(mg, plan)
+        assert all(lg.fw is not None for lg in prog.layer_graphs.values())

@@ -49,12 +49,14 @@ def test_plan_fits_and_has_the_interface_keys(gpt2, rtx, tmp_path):
 def test_memory_pressure_brings_sharding_then_recompute_then_pipelines(gpt2, rtx):
     roomy = _plan(gpt2, rtx, 24)
     assert all(l.strategy.recompute == Recompute.NONE for l in roomy.layers), "recompute only when needed"
-    tight = _plan(gpt2, rtx, 3)  # (at 2 GiB two pipeline stages of DDP are as fast: pp takes over)
-    assert max(tight.predicted.peak_memory_bytes) <= 3 * GiB
+    # (the device holds ~9 GiB at 24: 6 GiB of tensors, with its context, communicator buffers and
+    # allocator reserve; at 6 GiB two pipeline stages of DDP are as fast: pp takes over)
+    tight = _plan(gpt2, rtx, 7)
+    assert max(tight.predicted.device_peak_bytes) <= 7 * GiB
     assert any(l.strategy.dp_type != DPType.DDP for l in tight.layers)
     assert any(l.strategy.recompute != Recompute.NONE for l in tight.layers) or tight.pp > 1
-    tighter = _plan(gpt2, rtx, 1)
-    assert max(tighter.predicted.peak_memory_bytes) <= 1 * GiB
+    tighter = _plan(gpt2, rtx, 3)
+    assert max(tighter.predicted.device_peak_bytes) <= 3 * GiB and tighter.pp > 1 and not tighter.notes
     assert roomy.predicted.step_time_s <= tight.predicted.step_time_s * 1.001
 
 
@@ -133,8 +135,9 @@ def test_interleaved_schedule_shrinks_the_bubble(rtx):
 
 
 def test_baselines_obey_the_users_limits(gpt2, rtx):
-    # (6 GiB: DDP holds two copies of the tied embedding/head weight, as the runtime does)
-    p = gfx.plan(gpt2, rtx, global_batch_size=64, memory_budget=int(6 * GiB), precision="bf16",
+    # (10 GiB: DDP holds two copies of the tied embedding/head weight, as the runtime does, and
+    # the device its context, communicator buffers and allocator reserve)
+    p = gfx.plan(gpt2, rtx, global_batch_size=64, memory_budget=int(10 * GiB), precision="bf16",
                  search={"pp": (1,), "dp_types": ("ddp",)})
     assert p.baseline is not None
     assert not p.baseline["name"].startswith(("zero2", "fsdp"))
