@@ -54,8 +54,8 @@ from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
-from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.cost_models.memory import tensor_budget_bytes
+from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
