@@ -223,7 +223,9 @@ def test_combine_takes_field_by_field_medians():
 def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
     cal = cpu_calibration.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
     assert 1e9 < cal.flops_s < 1e13 and 1e8 < cal.bytes_s < 1e13
-    assert 0 < cal.overhead_s < cal.interpreted_overhead_s < 1e-2
+    # (the per-kernel overhead is fitted with the roofline rates, bounded below by 0: with kernel
+    # bytes counted as the kernels move them, the rates can absorb it on a quiet machine)
+    assert 0 <= cal.overhead_s < cal.interpreted_overhead_s < 1e-2
     assert cal.optimizer_s_per_element > 0 and 0 < cal.optimizer_s_per_tensor < cal.optimizer_s_per_dtensor
     assert {"2/ddp", "2/zero3", "2/tp"} <= set(cal.plan_step_s) and set(cal.fsdp_factor) == set(cal.tp_factor) == {2}
     # the fit reproduces the probe's own layer times within a factor of 2 each
