@@ -35,7 +35,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx import limits
+from galvatron_fx import cluster_presets, limits
 from galvatron_fx.cluster_checks import check_keys, read_number, validate_cluster
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, host_memory_bytes, local_fingerprint
@@ -261,12 +261,12 @@ class Cluster:
         Names: ``dgx-a100-80g``, ``dgx-h100``, ``h200``, ``rtx4090-pcie``.
         """
         key = name.lower()
-        if key not in _PRESETS:
-            raise ConfigError(f"unknown cluster preset {name!r}; choose one of {sorted(_PRESETS)}")
+        if key not in cluster_presets.CLUSTERS:
+            raise ConfigError(f"unknown cluster preset {name!r}; choose one of {list(PRESET_NAMES)}")
         if nodes < 1:
             raise ConfigError(f"nodes must be >= 1, got {nodes}")
         limits.DEGREE.check(nodes, "nodes")
-        return _PRESETS[key](nodes)
+        return _preset(key, nodes)
 
     @classmethod
     def local_cpu(cls, world_size: int, *, cache_dir: str | os.PathLike | None = None) -> Cluster:
@@ -366,118 +366,26 @@ def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Clu
 
 
 # -------------------------------------------------------------------- presets
-# Figures are dense (no sparsity) datasheet peaks. Bus bandwidths are *achievable* nccl-tests
-# all-reduce bus bandwidths, not raw link rates, because the cost model's ring formula already
-# accounts for the 2(n-1)/n factor and raw rates overestimate what NCCL reaches by 20-40%.
-#
-# Sources:
-#  - NVIDIA A100 datasheet (80GB SXM): 19.5 TF fp32, 156 TF tf32, 312 TF bf16/fp16, 2,039 GB/s HBM2e;
-#    NVLink 3: 600 GB/s per GPU bidirectional = 300 GB/s per direction; nccl-tests all-reduce on
-#    DGX A100 reaches ~230-240 GB/s busbw -> 240e9. DGX A100 user guide: 8x 200 Gb/s HDR IB
-#    (one per GPU, rail-optimised) = 25 GB/s per GPU; ~90% achievable -> 22.5e9.
-#  - NVIDIA H100 datasheet (SXM5 80GB): 67 TF fp32, 494.5 TF tf32, 989 TF bf16/fp16, 3.35 TB/s;
-#    NVLink 4: 900 GB/s bidirectional = 450 per direction, ~360 GB/s busbw achievable (80%).
-#    DGX H100: 8x 400 Gb/s NDR = 50 GB/s per GPU, ~90% -> 45e9.
-#  - NVIDIA H200 datasheet (SXM 141GB): same compute as H100 SXM, 4.8 TB/s HBM3e, NVLink 900 GB/s;
-#    141 GB (nvidia-smi reports 143,771 MiB ~ 140 GiB). Inter-node assumed DGX H200's 8x NDR.
-#  - RTX 4090 (Ada whitepaper): 82.6 TF fp32, 165.2 TF bf16/fp16 tensor with fp32 accumulate,
-#    1,008 GB/s GDDR6X, 24 GB. No NVLink and no peer-to-peer: collectives cross PCIe 4.0 x16
-#    (32 GB/s raw, ~25 GB/s achievable) through host memory. Inter-node assumed one 100 Gb/s NIC
-#    per 8-GPU node (12.5 GB/s shared by 8 GPUs) -> 1.5e9 per GPU; an assumption, profile it.
-# Fixed costs and memory beside the tensors (defaults until the hardware profiler measures them):
-#  - kernel launch: ~2-3 µs raw CUDA launch, ~8 µs of host time per eager PyTorch CUDA op -> 5 µs
-#    charged per kernel on the host; a layer call adds ~0.1-0.4 ms of host work in eager mode
-#    (module call, autograd, allocator; from CUDA-graph speed-ups of eager LLM layers) -> 0.2 ms.
-#    The host runs ahead of the GPU: these bind only when a layer's kernels are shorter.
-#  - CUDA context with cuBLAS/cuDNN loaded: ~274-400 MiB with lazy module loading, ~636 MiB
-#    eager (pytorch#86509, #109888) -> 512 MiB.
-#  - NCCL buffers, allocated outside PyTorch's caching allocator, per communicator: 544-688 MB
-#    per process group on 4x A100 NVLink (nccl#964) -> 640 MiB; more channels and NVLS buffers on
-#    H100 NVSwitch systems (1 GiB NVLS in NCCL 2.19, nccl-tests#216) -> 1 GiB; PCIe-only GPUs
-#    use few channels -> 256 MiB (an assumption).
-#  - caching allocator: max reserved / max allocated 1.26-1.50 in FSDP LLM runs on A100
-#    (llama-cookbook#120, #41, #165) -> 1.25.
-# Latencies: NCCL small-message all-reduce ~ 10 µs on NVLink, ~ 20 µs on PCIe, ~ 25 µs over IB.
-# Overlap slowdown: communication kernels take SMs and HBM bandwidth from compute; 1.1-1.3 is
-# typical for NVLink systems, more on PCIe where collectives stage through the host.
-
-
-def _gpu_cluster(
-    *,
-    name: str,
-    nodes: int,
-    spec: DeviceSpec,
-    intra: tuple[float, float],
-    inter: tuple[float, float],
-    overlap_slowdown: float,
-) -> Cluster:
+def _preset(name: str, nodes: int) -> Cluster:
+    """Preset ``name`` (:mod:`galvatron_fx.cluster_presets`' figures) on ``nodes`` 8-GPU nodes."""
+    c = cluster_presets.CLUSTERS[name]
+    spec = DeviceSpec(kind=c["device"], **cluster_presets.DEVICES[c["device"]])
+    (intra_lat, intra_bw), (inter_lat, inter_bw) = c["intra"], c["inter"]
     return Cluster(
         name=name if nodes == 1 else f"{name}x{nodes}",
         num_nodes=nodes,
         devices_per_node=8,
         device_specs={spec.kind: spec},
         node_kinds=(spec.kind,) * nodes,
-        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=intra[0], bandwidth_bytes_s=intra[1]),
-        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=inter[0], bandwidth_bytes_s=inter[1]),
-        overlap_slowdown=overlap_slowdown,
+        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=intra_lat, bandwidth_bytes_s=intra_bw),
+        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=inter_lat, bandwidth_bytes_s=inter_bw),
+        overlap_slowdown=c["overlap_slowdown"],
         backend="nccl",
         allow_tf32=True,
     )
 
 
-A100_80G = DeviceSpec(
-    kind="A100-SXM-80GB",
-    memory_bytes=80 * GiB,
-    peak_flops={"float32": 19.5e12, "tfloat32": 156e12, "bfloat16": 312e12, "float16": 312e12},
-    memory_bandwidth_bytes_s=2.039e12,
-    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=640 * MiB,
-    allocator_factor=1.25,
-)
-H100_80G = DeviceSpec(
-    kind="H100-SXM-80GB",
-    memory_bytes=80 * GiB,
-    peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
-    memory_bandwidth_bytes_s=3.35e12,
-    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=GiB,
-    allocator_factor=1.25,
-)
-H200_141G = DeviceSpec(
-    kind="H200-SXM-141GB",
-    memory_bytes=143771 * 2**20,
-    peak_flops={"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
-    memory_bandwidth_bytes_s=4.8e12,
-    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=GiB,
-    allocator_factor=1.25,
-)
-RTX4090 = DeviceSpec(
-    kind="RTX4090-24GB",
-    memory_bytes=24 * GiB,
-    peak_flops={"float32": 82.6e12, "tfloat32": 82.6e12, "bfloat16": 165.2e12, "float16": 165.2e12},
-    memory_bandwidth_bytes_s=1.008e12,
-    kernel_overhead_s=5e-6, layer_overhead_s=2e-4, context_bytes=512 * MiB, comm_buffer_bytes=256 * MiB,
-    allocator_factor=1.25,
-)
-
-_PRESETS = {
-    "dgx-a100-80g": lambda n: _gpu_cluster(
-        name="dgx-a100-80g", nodes=n, spec=A100_80G, intra=(10e-6, 240e9), inter=(25e-6, 22.5e9),
-        overlap_slowdown=1.2,
-    ),
-    "dgx-h100": lambda n: _gpu_cluster(
-        name="dgx-h100", nodes=n, spec=H100_80G, intra=(10e-6, 360e9), inter=(25e-6, 45e9),
-        overlap_slowdown=1.2,
-    ),
-    "h200": lambda n: _gpu_cluster(
-        name="h200", nodes=n, spec=H200_141G, intra=(10e-6, 360e9), inter=(25e-6, 45e9),
-        overlap_slowdown=1.2,
-    ),
-    "rtx4090-pcie": lambda n: _gpu_cluster(
-        name="rtx4090-pcie", nodes=n, spec=RTX4090, intra=(20e-6, 25e9), inter=(30e-6, 1.5e9),
-        overlap_slowdown=1.4,
-    ),
-}
-
-PRESET_NAMES: tuple[str, ...] = tuple(sorted(_PRESETS))
+PRESET_NAMES: tuple[str, ...] = tuple(sorted(cluster_presets.CLUSTERS))
 
 
 def heterogeneous(name: str, nodes: list[Cluster]) -> Cluster:

@@ -60,6 +60,7 @@ class CommModel:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._shapes: dict[tuple[int, ...], tuple[int, int, int]] = {}
 
     # ------------------------------------------------------------------ public
     def time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int) -> float:
@@ -73,19 +74,13 @@ class CommModel:
             raise ConfigError(f"unknown collective {collective!r}; use one of {[str(c) for c in Collective]}") from None
         if nbytes < 0:
             raise ConfigError(f"nbytes must be >= 0, got {nbytes}")
-        group = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
-        if len(set(group)) != len(group):
-            raise ConfigError(f"ranks contain duplicates: {group}")
-        n = len(group)
+        n, k, g = self._group_shape(tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks))
         if n <= 1 or nbytes == 0:
             return 0.0
         if coll is Collective.ALL_TO_ALL and self.cluster.all_to_all_via_all_gather:
             coll = Collective.ALL_GATHER
-        per_node = Counter(self.cluster.node_of(r) for r in group)
-        k = len(per_node)
         if k == 1:
             return self.tier_time_s(self.cluster.intra_node, coll, nbytes, n)
-        g = max(per_node.values())  # the busiest node sets the pace
         inter = self.cluster.inter_node
         intra = self.cluster.intra_node
         if coll is Collective.P2P:
@@ -107,6 +102,19 @@ class CommModel:
             return self.tier_time_s(inter, coll, nbytes // g, k) + self.tier_time_s(intra, coll, nbytes // k, g)
         # broadcast: across nodes, then inside each node
         return self.tier_time_s(inter, coll, nbytes, k) + self.tier_time_s(intra, coll, nbytes, g)
+
+    def _group_shape(self, group: tuple[int, ...]) -> tuple[int, int, int]:
+        """``(ranks, nodes spanned, ranks on the busiest node)`` of ``group`` (checked; cached:
+        a search asks about the same few groups many times)."""
+        shape = self._shapes.get(group)
+        if shape is None:
+            if len(set(group)) != len(group):
+                raise ConfigError(f"ranks contain duplicates: {list(group)}")
+            per_node = Counter(self.cluster.node_of(r) for r in group)
+            shape = (len(group), len(per_node), max(per_node.values(), default=0))  # the busiest node sets the pace
+            if len(self._shapes) < 4096:
+                self._shapes[group] = shape
+        return shape
 
     def overlapped_s(self, compute_s: float, comm_s: float) -> float:
         """Wall time of ``compute_s`` and ``comm_s`` run concurrently (with the overlap slowdown).

@@ -112,20 +112,24 @@ def reshard_plan(src: Layout, dst: Layout, ndim: int) -> tuple[list[tuple[str, i
         keep_sharded = axis < len(dst.placements) and isinstance(dst.placements[axis], Shard) and dst.mesh_shape == src.mesh_shape
         reductions.append((Collective.REDUCE_SCATTER if keep_sharded else Collective.ALL_REDUCE, n, held))
     worst, suppliers = Fraction(0), 1
-    src_regions = [src.region(i, ndim) for i in range(src.size)]
+    # the source regions are a grid: dim d cut in ``pieces[d]`` equal parts (the product of the
+    # mesh axes that shard it), so the distinct regions meeting a box are counted per dim
+    pieces = [1] * ndim
+    for n, p in zip(src.mesh_shape, src.placements):
+        if isinstance(p, Shard):
+            pieces[p.dim % ndim] *= n
     # every rank of a regular layout moves the same volume up to translation: a few probes
     # (first, last, the middle, and one per axis step) find the worst without an O(n²) sweep
     probes = sorted({0, dst.size - 1, dst.size // 2, *(math.prod(dst.mesh_shape[i + 1:]) for i in
                                                        range(len(dst.mesh_shape)))} & set(range(dst.size)))
     for r in probes:
         want = dst.region(r, ndim)
-        have = _intersect(want, src_regions[r])
+        have = _intersect(want, src.region(r, ndim))
         missing = _volume(want) - (_volume(have) if have else 0)
         if missing <= worst:
             continue
-        sources = {reg for i, reg in enumerate(src_regions) if i != r and reg != src_regions[r]
-                   and _intersect(reg, want) is not None}
-        worst, suppliers = missing, len(sources) + 1
+        meeting = math.prod(math.ceil(hi * k) - math.floor(lo * k) for (lo, hi), k in zip(want, pieces))
+        worst, suppliers = missing, meeting - (have is not None) + 1  # the others, and this rank
     return reductions, worst, suppliers
 
 

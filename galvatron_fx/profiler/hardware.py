@@ -20,11 +20,10 @@ group; a row keeps the fastest pass, which is robust on shared hosts. Sizes foll
 rank pair, in round-robin rounds of disjoint pairs. The rows are fitted, and the profile kept
 and cached, by :mod:`galvatron_fx.profiler.hardware_profile`.
 
-The host's fixed costs: a kernel launch is timed as a chain of one-element in-place adds, a
-layer call as a one-weight ``Linear`` run forward and backward through autograd, less its
-kernels' launches, halved per direction (rows ``kernel_launch`` and ``layer_call``). On a GPU,
-the memory beside PyTorch's allocator is measured too: the CUDA context before the first
-communicator, and one new communicator's buffers (row ``device_memory``).
+The device's own probes (:mod:`galvatron_fx.profiler.device_probes`): matmul/attention
+throughput, memory bandwidth, the host's fixed costs (rows ``kernel_launch`` and ``layer_call``),
+the compute/communication overlap and, on a GPU, the memory beside PyTorch's allocator: the CUDA
+context before the first communicator, and one new communicator's buffers (row ``device_memory``).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +41,13 @@ from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import hostname, make_fingerprint
 from galvatron_fx.limits import load_json
+from galvatron_fx.profiler.device_probes import (
+    measure_comm_buffers,
+    measure_compute,
+    measure_fixed_costs,
+    measure_overlap,
+    outside_allocator_bytes,
+)
 from galvatron_fx.profiler.hardware_profile import (
     HardwareProfile,
     build_cluster,
@@ -233,19 +238,6 @@ def _combine(per_rank: list[dict[tuple, tuple[int, list[float]]]]) -> dict[tuple
     return out
 
 
-def _timed(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None]) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def _probe(coll: Collective, group, device, dist, n: int) -> bool:
     try:
         fn, _ = _collective_fn(coll, 4 * n * n, n, group, device, dist)
@@ -316,7 +308,7 @@ def profile_hardware(
         if device.type == "cuda":
             torch.ones(8, 8, device=device) @ torch.ones(8, 8, device=device)
             sync()
-        context_bytes = _outside_allocator_bytes(device) if device.type == "cuda" else 0
+        context_bytes = outside_allocator_bytes(device) if device.type == "cuda" else 0
 
         hosts: list[str] = [""] * world
         dist.all_gather_object(hosts, hostname())
@@ -395,14 +387,14 @@ def profile_hardware(
         compute_rows: list[dict[str, Any]] = []
         mem_bw = 0.0
         if compute:
-            compute_rows, mem_bw = _measure_compute(device, sync, matmul_sizes, dtypes, attention_seq_lens, repeats, bar)
-            compute_rows += _measure_fixed_costs(device, sync, repeats)
+            compute_rows, mem_bw = measure_compute(device, sync, matmul_sizes, dtypes, attention_seq_lens, repeats, bar)
+            compute_rows += measure_fixed_costs(device, sync, repeats)
             if device.type == "cuda":
                 compute_rows.append(dict(op="device_memory", size=0, dtype="", time_s=0.0, context_bytes=context_bytes,
-                                         comm_buffer_bytes=_measure_comm_buffers(device, dist, sync)))
+                                         comm_buffer_bytes=measure_comm_buffers(device, dist, sync)))
         overlap_info: dict[str, float] = {}
         if overlap and world > 1:
-            overlap_info = _measure_overlap(device, sync, dist, repeats)
+            overlap_info = measure_overlap(device, sync, dist, repeats)
             bar.step("overlap")
 
         gathered: list[Any] = [None] * world
@@ -458,127 +450,6 @@ def profile_hardware(
     finally:
         if created:
             dist.destroy_process_group()
-
-
-def _measure_compute(device, sync, matmul_sizes, dtypes, seq_lens, repeats, bar) -> tuple[list[dict[str, Any]], float]:
-    import torch
-    import torch.nn.functional as F
-
-    rows: list[dict[str, Any]] = []
-    for dt_name in dtypes:
-        dt = getattr(torch, dt_name)
-        for m in matmul_sizes:
-            a = torch.randn(m, m, device=device, dtype=dt)
-            b = torch.randn(m, m, device=device, dtype=dt)
-            t = _timed(lambda: a @ b, 1, repeats, sync)
-            rows.append(dict(op="matmul", size=m, dtype=dt_name, time_s=t, flops_s=2 * m**3 / t))
-            bar.step(f"matmul {m} {dt_name}")
-        for seq in seq_lens:
-            heads, d = 8, 64
-            q, k, v = (torch.randn(1, heads, seq, d, device=device, dtype=dt) for _ in range(3))
-            t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, repeats, sync)
-            flops = 4 * heads * seq * seq * d // 2  # causal: half the score matrix
-            rows.append(dict(op="attention", size=seq, dtype=dt_name, time_s=t, flops_s=flops / t))
-            bar.step(f"attention T={seq} {dt_name}")
-    x = torch.ones(16 * MiB // 4, device=device)
-    y = torch.empty_like(x)
-    t = _timed(lambda: y.copy_(x), 1, repeats, sync)
-    bar.step("memory bandwidth")
-    return rows, 2 * x.numel() * 4 / t
-
-
-def _measure_fixed_costs(device, sync, repeats: int) -> list[dict]:
-    """The host's fixed costs (see the module doc): seconds per kernel launch, from a chain of
-    one-element kernels, and per layer call and direction, from a one-weight layer run forward
-    and backward through autograd, less its kernels' launches."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from galvatron_fx.passes.kernel_costs import is_free
-
-    x = torch.zeros(1, device=device)
-    chain = 100
-
-    def kernels():
-        for _ in range(chain):
-            x.add_(1.0)
-
-    kernel_s = _timed(kernels, 1, repeats, sync) / chain
-    layer = torch.nn.Linear(1, 1, device=device)
-    inp = torch.ones(1, 1, device=device)
-
-    def call():
-        layer(inp).sum().backward()
-
-    class _Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not is_free(func):
-                _Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    with _Count():
-        call()
-    call_s = _timed(call, 1, repeats, sync)
-    layer_s = max(0.0, call_s - _Count.n * kernel_s) / 2
-    return [dict(op="kernel_launch", size=chain, dtype="float32", time_s=kernel_s),
-            dict(op="layer_call", size=_Count.n, dtype="float32", time_s=layer_s)]
-
-def _outside_allocator_bytes(device) -> int:
-    """Bytes a CUDA device holds beside PyTorch's caching allocator (context, NCCL buffers)."""
-    import torch
-
-    free, total = torch.cuda.mem_get_info(device)
-    return int(total - free - torch.cuda.memory_reserved(device))
-
-
-def _measure_comm_buffers(device, dist, sync) -> int:
-    """CUDA only: the buffers one new communicator holds (a fresh group of every rank, before
-    and after its first all-reduce); 0 elsewhere."""
-    import torch
-
-    if device.type != "cuda":
-        return 0
-    sync()
-    before = _outside_allocator_bytes(device)
-    group = dist.new_group(list(range(dist.get_world_size())))
-    t = torch.ones(1024, device=device)
-    dist.all_reduce(t, group=group)
-    sync()
-    return max(0, _outside_allocator_bytes(device) - before)
-
-
-def _measure_overlap(device, sync, dist, repeats: int) -> dict[str, float]:
-    """Compute alone, all-reduce alone, and both at once; slowdown = both / max(alone)."""
-    import torch
-
-    buf = torch.ones(4 * MiB // 4, device=device)
-    a = torch.randn(256, 256, device=device)
-    mm_one = _timed(lambda: a @ a, 1, repeats, sync)
-    comm = _timed(lambda: dist.all_reduce(buf), 1, repeats, sync)
-    iters = max(1, round(comm / max(mm_one, 1e-9)))
-    iters_all = [0] * dist.get_world_size()
-    dist.all_gather_object(iters_all, iters)
-    iters = max(iters_all)  # same work on every rank
-
-    def compute():
-        for _ in range(iters):
-            a @ a
-
-    def both():
-        work = dist.all_reduce(buf, async_op=True)
-        compute()
-        work.wait()
-
-    dist.barrier()
-    comp = _timed(compute, 1, repeats, sync)
-    dist.barrier()
-    comm = _timed(lambda: dist.all_reduce(buf), 1, repeats, sync)
-    dist.barrier()
-    together = _timed(both, 1, repeats, sync)
-    slowdown = min(max(together / max(comp, comm), 1.0), (comp + comm) / max(comp, comm))
-    return dict(compute_s=comp, comm_s=comm, together_s=together, slowdown=slowdown)
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -67,3 +68,43 @@ def test_mismatched_layouts_are_errors(comm):
         reshard_plan(L([4], Shard(0)), L([8], Shard(0)), 2)
     with pytest.raises(ValueError, match="differ in length"):
         Layout((2, 2), (Shard(0),))
+
+
+def _suppliers_by_sweep(src: Layout, dst: Layout, ndim: int, r: int) -> int:
+    """The distinct source regions, other than rank ``r``'s own, that meet ``r``'s destination
+    region, found by visiting every source rank; plus ``r`` itself."""
+    want, own = dst.region(r, ndim), src.region(r, ndim)
+
+    def meets(a, b):
+        return all(min(h1, h2) > max(l1, l2) for (l1, h1), (l2, h2) in zip(a, b))
+
+    return len({reg for reg in (src.region(i, ndim) for i in range(src.size)) if reg != own and meets(reg, want)}) + 1
+
+
+def test_supplier_counts_equal_a_sweep_over_every_rank():
+    import random
+
+    rng = random.Random(0)
+    shapes = [(2,), (4,), (2, 2), (2, 4), (4, 2), (2, 2, 2), (8,), (3, 2)]
+    checked = 0
+    for _ in range(400):
+        ndim = rng.choice([1, 2, 3])
+        ms = rng.choice(shapes)
+        ms2 = rng.choice([s for s in shapes if math.prod(s) == math.prod(ms)])
+
+        def placements(shape):
+            return tuple(rng.choice([Replicate(), Partial(), Shard(rng.randrange(ndim))]) for _ in shape)
+
+        src, dst = Layout(ms, placements(ms)), Layout(ms2, placements(ms2))
+        _, worst, suppliers = reshard_plan(src, dst, ndim)
+        if worst > 0:
+            worst_ranks = [r for r in range(dst.size) if _missing(src, dst, ndim, r) == worst]
+            assert suppliers in {_suppliers_by_sweep(src, dst, ndim, r) for r in worst_ranks}, (src, dst, ndim)
+            checked += 1
+    assert checked > 100
+
+
+def _missing(src: Layout, dst: Layout, ndim: int, r: int):
+    want, own = dst.region(r, ndim), src.region(r, ndim)
+    inter = math.prod((max(0, min(h1, h2) - max(l1, l2)) for (l1, h1), (l2, h2) in zip(want, own)), start=1)
+    return math.prod((h - l for l, h in want), start=1) - inter
