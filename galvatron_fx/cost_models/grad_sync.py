@@ -3,9 +3,8 @@
 
 Contract: :func:`bucketed_sync_s` prices, with any :class:`~galvatron_fx.cost_models.base.CostModel`,
 the seconds the gradient sums of one data-parallel group add to a step; :func:`plan_buckets`
-groups gradients with the runtime's :func:`~galvatron_fx.passes.bucket_gradients.bucket_indices`
-(same caps, same order, whole layers where they fit), so the model counts the collectives the
-runtime launches.
+groups gradients exactly as :func:`galvatron_fx.runtime.buckets.plan_buckets` does (same caps,
+same order), so the model counts the collectives the runtime launches.
 
 Terms: *entries* are ``(bytes, ready_s)`` per gradient in the order the runtime lists them (last
 layer first; a weight tied across layers once, with its first reader); ``ready_s`` is when the
@@ -26,15 +25,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from galvatron_fx.cluster import Collective
-from galvatron_fx.passes.bucket_gradients import DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES, bucket_indices
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucketed_sync_s", "plan_buckets"]
 
+# galvatron_fx.runtime.buckets' caps (DDP's defaults); a unit test keeps the two equal
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+FIRST_BUCKET_BYTES = 2**20
+
+
 def plan_buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 first_bucket_bytes: int = FIRST_BUCKET_BYTES, groups: Sequence | None = None) -> list[list[int]]:
-    """Indices of ``sizes`` grouped into buckets as the runtime groups its gradients
-    (:func:`~galvatron_fx.passes.bucket_gradients.bucket_indices`, one dtype)."""
-    return bucket_indices(sizes, bucket_bytes, first_bucket_bytes, groups=groups)
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES) -> list[list[int]]:
+    """Indices of ``sizes`` grouped into buckets, in order: the first holds at most
+    ``first_bucket_bytes``, the others ``bucket_bytes``; a larger entry is a bucket of its own."""
+    out: list[list[int]] = []
+    idx: list[int] = []
+    size = 0
+    for i, nbytes in enumerate(sizes):
+        cap = first_bucket_bytes if not out else bucket_bytes
+        if idx and size + nbytes > cap:
+            out.append(idx)
+            idx, size = [], 0
+        idx.append(i)
+        size += nbytes
+    if idx:
+        out.append(idx)
+    return out
 
 
 def bucketed_sync_s(cm, entries: Sequence[tuple[int, float]], ranks: Sequence[int], backward_s: float, *,
@@ -44,8 +59,7 @@ def bucketed_sync_s(cm, entries: Sequence[tuple[int, float]], ranks: Sequence[in
     entries = [(int(b), float(t)) for b, t in entries if b > 0]
     if len(ranks) <= 1 or not entries:
         return 0.0
-    # a layer's gradients are ready at one time: the same ready time marks one layer's run
-    buckets = bucket_indices([b for b, _ in entries], bucket_bytes, first_bucket_bytes, groups=[t for _, t in entries])
+    buckets = plan_buckets([b for b, _ in entries], bucket_bytes, first_bucket_bytes)
     free_at = 0.0  # when the group finishes its previous collective
     hidden = 0.0
     for idx in buckets:

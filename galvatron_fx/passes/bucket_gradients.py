@@ -26,57 +26,33 @@ import torch
 from galvatron_fx.ir.program import CollectiveRecord, GradBucket
 from galvatron_fx.passes.runner import PassContext, graph_pass
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_gradients_pass", "bucket_indices", "plan_buckets"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "FIRST_BUCKET_BYTES", "bucket_gradients_pass", "plan_buckets"]
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
 FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
 
 
 def plan_buckets(tensors: Sequence[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 first_bucket_bytes: int | None = None, groups: Sequence | None = None) -> list[list[int]]:
-    """Indices of ``tensors`` grouped into buckets (:func:`bucket_indices` of their bytes, one
-    bucket sequence per dtype)."""
-    return bucket_indices([t.numel() * t.element_size() for t in tensors], bucket_bytes, first_bucket_bytes,
-                          groups=groups, kinds=[t.dtype for t in tensors])
-
-
-def bucket_indices(nbytes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                   first_bucket_bytes: int | None = None, groups: Sequence | None = None,
-                   kinds: Sequence | None = None) -> list[list[int]]:
-    """Indices of entries of ``nbytes`` bytes grouped into buckets: of one kind (dtype), in
-    order, at most ``bucket_bytes`` each (a larger entry is a bucket of its own); the first
-    bucket of each kind holds at most ``first_bucket_bytes`` (default ``bucket_bytes``), so that
-    the first collective starts early in backward. ``groups``: per entry, the layer whose
-    backward produces it (consecutive entries of one layer are ready together, at the end of its
-    backward graph): a bucket is closed before a layer that does not fit in it whole, rather
-    than wait a whole layer's backward for a few of its gradients (a layer larger than a bucket
-    still fills buckets entry by entry)."""
+                 first_bucket_bytes: int | None = None) -> list[list[int]]:
+    """Indices of ``tensors`` grouped into buckets: same dtype, in order, at most
+    ``bucket_bytes`` each (a larger tensor is a bucket of its own); the first bucket of each
+    dtype holds at most ``first_bucket_bytes`` (default ``bucket_bytes``), so that the first
+    collective starts early in backward."""
     if bucket_bytes <= 0 or (first_bucket_bytes is not None and first_bucket_bytes <= 0):
         raise ValueError(f"bucket sizes must be positive, got {bucket_bytes}, {first_bucket_bytes}")
-    n = len(nbytes)
-    if groups is not None and len(groups) != n:
-        raise ValueError(f"{len(groups)} groups for {n} entries")
-    kinds = kinds if kinds is not None else [None] * n
-    run_bytes: dict[tuple[int, object], int] = {}  # (first index of a layer's run, kind) -> bytes
-    starts: list[int] = []
-    for i in range(n):
-        start = starts[-1] if groups is not None and i and groups[i] == groups[i - 1] else i
-        starts.append(start)
-        run_bytes[(start, kinds[i])] = run_bytes.get((start, kinds[i]), 0) + nbytes[i]
-    open_: dict[object, tuple[list[int], int]] = {}
-    started: set = set()
+    open_: dict[torch.dtype, tuple[list[int], int]] = {}
+    started: set[torch.dtype] = set()
     out: list[list[int]] = []
-    for i in range(n):
-        kind = kinds[i]
-        idx, size = open_.get(kind, ([], 0))
-        cap = bucket_bytes if kind in started or first_bucket_bytes is None else first_bucket_bytes
-        new_run = bool(idx) and starts[idx[-1]] != starts[i]  # the first of a layer's entries here
-        if idx and (size + nbytes[i] > cap or (new_run and size + run_bytes[(starts[i], kind)] > cap)):
+    for i, t in enumerate(tensors):
+        nbytes = t.numel() * t.element_size()
+        idx, size = open_.get(t.dtype, ([], 0))
+        cap = bucket_bytes if t.dtype in started or first_bucket_bytes is None else first_bucket_bytes
+        if idx and size + nbytes > cap:
             out.append(idx)
-            started.add(kind)
+            started.add(t.dtype)
             idx, size = [], 0
         idx.append(i)
-        open_[kind] = (idx, size + nbytes[i])
+        open_[t.dtype] = (idx, size + nbytes)
     out.extend(idx for idx, _ in open_.values() if idx)
     return out
 
@@ -127,8 +103,7 @@ def bucket_gradients_pass(program, ctx: PassContext):
     program.buckets = []
     for (stage, dp, _tp), entries in groups.items():
         entries.reverse()  # the order backward finishes them: last layer first
-        for idx in plan_buckets([t for _, t, _ in entries], DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES,
-                                groups=[name for _, _, name in entries]):
+        for idx in plan_buckets([t for _, t, _ in entries], DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES):
             program.buckets.append(GradBucket(
                 stage=stage, group_size=dp, bytes=sum(entries[i][1].numel() * entries[i][1].element_size() for i in idx),
                 params=[entries[i][0] for i in idx], after_layer=entries[idx[-1]][2]))

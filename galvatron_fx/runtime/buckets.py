@@ -15,7 +15,6 @@ first is waited on, so the transfers queue back to back.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -57,8 +56,7 @@ class GradBucketer:
     """Data-parallel gradient sums launched *during* backward, bucket by bucket (as DDP does).
 
     Contract: ``entries`` are plain local parameters whose gradients are summed over ``group``,
-    listed in the order backward is expected to finish them (last layer first), ``layers`` (if
-    given) the layer of each (buckets keep a layer whole where it fits: ``plan_buckets``); an entry may be
+    listed in the order backward is expected to finish them (last layer first); an entry may be
     a list of tied copies (the same weight read by several layers, each a parameter of its own,
     all stored whole): their gradients are summed locally into the first, the sum is reduced
     once, and every copy receives it. While :meth:`arm`-ed, a post-accumulate-grad hook marks
@@ -73,10 +71,10 @@ class GradBucketer:
 
     def __init__(self, entries: Sequence[torch.nn.Parameter | Sequence[torch.nn.Parameter]],
                  group: dist.ProcessGroup | None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 first_bucket_bytes: int = FIRST_BUCKET_BYTES, layers: Sequence | None = None):
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES):
         self.entries = [list(e) if isinstance(e, (list, tuple)) else [e] for e in entries]
         self.group = group
-        self.buckets = plan_buckets([e[0] for e in self.entries], bucket_bytes, first_bucket_bytes, groups=layers)
+        self.buckets = plan_buckets([e[0] for e in self.entries], bucket_bytes, first_bucket_bytes)
         self._entry_of = {id(p): i for i, e in enumerate(self.entries) for p in e}
         self._bucket_of_entry = {i: b for b, idx in enumerate(self.buckets) for i in idx}
         self._armed = False
@@ -88,8 +86,6 @@ class GradBucketer:
         self._extra: torch.Tensor | None = None  # see arm()
         self._extra_at: tuple | None = None  # (bucket, numel, shape) of the extra in its flat buffer
         self.extra_sum: torch.Tensor | None = None
-        self._buffers: dict[int, torch.Tensor] = {}  # bucket -> its flat buffer (see _flatten)
-        self._handed_out: dict[int, list[weakref.ref]] = {}  # bucket -> the grads made its views
         self._handles = [p.register_post_accumulate_grad_hook(self._on_grad)
                          for e in self.entries for p in e if p.requires_grad]
 
@@ -148,39 +144,12 @@ class GradBucketer:
         if not grads and extra is None:
             return
         parts = [g.reshape(-1) for g in grads] + ([extra.reshape(-1)] if extra is not None else [])
-        flat = grads[0].contiguous() if len(parts) == 1 and grads else self._flatten(b, parts, len(grads))
+        flat = grads[0].contiguous() if len(parts) == 1 and grads else torch.cat(parts)
         if extra is not None:
             self._extra = None
         self._pending[b] = (owners, flat, dist.all_reduce(flat, group=self.group, async_op=True))
         if extra is not None:
             self._extra_at = (b, extra.numel(), extra.shape)
-
-    def _flatten(self, b: int, parts: list[torch.Tensor], n_grads: int) -> torch.Tensor:
-        """``torch.cat(parts)`` into bucket ``b``'s buffer, kept from step to step (a fresh
-        multi-megabyte allocation costs its page faults on every step). The buffer is reused only
-        when no gradient handed out of it is still alive (a caller holding last step's ``.grad``
-        keeps its values); when the gradients (the first ``n_grads`` parts) already are its views
-        in order (accumulated in place), only the extra after them is copied."""
-        total = sum(t.numel() for t in parts)
-        buf = self._buffers.get(b)
-        if buf is not None and (buf.numel() != total or buf.dtype != parts[0].dtype):
-            buf = None
-        if buf is not None:
-            offset, in_place, size = 0, True, buf.element_size()
-            for t in parts[:n_grads]:
-                in_place = in_place and t.data_ptr() == buf.data_ptr() + offset * size
-                offset += t.numel()
-            if in_place:
-                for t in parts[n_grads:]:
-                    buf[offset:offset + t.numel()].copy_(t)
-                    offset += t.numel()
-                return buf
-            if any(r() is not None for r in self._handed_out.get(b, ())):
-                buf = None
-        if buf is None:
-            buf = torch.empty(total, dtype=parts[0].dtype, device=parts[0].device)
-            self._buffers[b] = buf
-        return torch.cat(parts, out=buf)
 
     @torch.no_grad()
     def finish(self) -> int:
@@ -204,14 +173,11 @@ class GradBucketer:
                 self.extra_sum = flat[flat.numel() - k:].reshape(shape).clone()
             if len(owners) == 1 and flat is owners[0].grad:
                 continue
-            offset, views = 0, []
+            offset = 0
             for p in owners:  # the gradients become views of the reduced buffer: no copy back
                 size = p.grad.numel()
                 p.grad = flat[offset:offset + size].view_as(p.grad)
-                views.append(weakref.ref(p.grad))
                 offset += size
-            if self._buffers.get(b) is flat:
-                self._handed_out[b] = views
         for e in self.entries:
             if len(e) > 1 and e[0].grad is not None:
                 for p in e[1:]:

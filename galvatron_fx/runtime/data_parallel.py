@@ -201,22 +201,20 @@ class DataParallelMixin:
             else:
                 fast.setdefault(next(iter(shapes)), []).append([ex.params[k] for ex, k in ps])
         in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
-        by_group: dict[tuple[int, int], list] = {}  # mesh shape -> [(entry, layer index)]
+        by_group: dict[tuple[int, int], list] = {}
         seen: set[int] = set()
-        for li, ex in enumerate(self.executors):  # in forward order, then reversed: a parameter
-            if ex.fsdp or ex.mesh.size(0) == 1:  # shared by layers (_share_tied) joins where
-                continue  # backward finishes it
+        for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
+            if ex.fsdp or ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
+                continue
             for k, p in ex.params.items():
                 if k in ex._local and p.requires_grad and id(p) not in in_fast and id(p) not in seen:
                     seen.add(id(p))
-                    by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).append((p, li))
+                    by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).append(p)
         for ps in by_group.values():
             ps.reverse()
         for shape, groups in fast.items():  # ready when the last copy is: at the end of backward
-            by_group.setdefault(shape, []).extend((g, -1) for g in groups)
-        return {shape: GradBucketer([e for e, _ in es], self.mesh(*shape).get_group("dp"),
-                                    layers=[li for _, li in es])
-                for shape, es in by_group.items() if es}
+            by_group.setdefault(shape, []).extend(groups)
+        return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
 
     # ---- gradient sync ------------------------------------------------------------------------
     @torch.no_grad()

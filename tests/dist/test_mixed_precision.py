@@ -14,7 +14,7 @@ import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
 from test_parallel_module import _batches, build, make_plan
 
-STEPS = 20
+STEPS = 10
 NOISE = {"bf16": 0.05, "fp16": 0.01}  # largest |loss - fp32 loss| over the steps (loss ≈ 4.5–6.3)
 SPEC = [(2, 1, "none", "none"), (2, 1, "none", "none", "zero3"), (1, 2, "megatron", "none"),
         (2, 1, "none", "full", "zero2"), (1, 2, "none", "none"), (1, 2, "none", "none"), (2, 1, "none", "none")]
@@ -88,7 +88,7 @@ def _pipeline_case() -> dict:
         mgp = gfx.capture(_runtime_model(model, prec), inputs)
         pm = PipelineModule(copy.deepcopy(model), mgp, dataclasses.replace(plan, precision=prec))
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
-        res[prec] = [pm.train_step(b, opt) for b in _batches(gbs, STEPS // 2)]
+        res[prec] = [pm.train_step(b, opt) for b in _batches(gbs, STEPS)]
     return res
 
 

@@ -30,24 +30,3 @@ def test_oversized_tensor_gets_its_own_bucket_and_bad_caps_are_refused():
     assert plan_buckets([_t(100), _t(1)], bucket_bytes=16) == [[0], [1]]
     with pytest.raises(ValueError, match="positive"):
         plan_buckets([_t(1)], bucket_bytes=0)
-
-
-def test_a_layer_that_fits_whole_is_not_split_across_buckets():
-    # layers a (40 + 8 bytes), b (12 + 40), c (200: larger than a bucket); cap 64 bytes
-    ts = [_t(10), _t(2), _t(3), _t(10), _t(50)]
-    layers = ["a", "a", "b", "b", "c"]
-    assert plan_buckets(ts, bucket_bytes=64) == [[0, 1, 2], [3], [4]]  # a's bucket waits for b
-    assert plan_buckets(ts, bucket_bytes=64, groups=layers) == [[0, 1], [2, 3], [4]]
-    # a layer larger than a bucket still fills buckets tensor by tensor, after closing the open one
-    big = [_t(2), _t(10), _t(10), _t(10)]
-    assert plan_buckets(big, bucket_bytes=80, groups=["a", "b", "b", "b"]) == [[0], [1, 2], [3]]
-    with pytest.raises(ValueError, match="groups"):
-        plan_buckets(ts, bucket_bytes=64, groups=["a"])
-
-
-def test_the_cost_model_buckets_whole_layers_as_the_runtime_does():
-    from galvatron_fx.cost_models.grad_sync import plan_buckets as sized
-
-    ts = [_t(10), _t(2), _t(3), _t(10), _t(50)]
-    layers = ["a", "a", "b", "b", "c"]
-    assert sized([t.numel() * 4 for t in ts], 64, 64, groups=layers) == plan_buckets(ts, 64, 64, groups=layers)

@@ -96,13 +96,14 @@ def test_explain_reads_like_a_report(gpt2, rtx):
 
 
 def test_cli_plan_exit_codes(tmp_path, capsys):
+    # (ILP prices: the lowered ones, the default, are test_lowered_prices' subject)
     out = tmp_path / "p.json"
     rc = main(["plan", "gpt-tiny", "--cluster", "dgx-a100-80g", "--nodes", "1", "--batch", "16", "--seq", "128",
-               "--no-baselines", "--out", str(out)])
+               "--no-baselines", "--ilp-prices", "--out", str(out)])
     assert rc == 0 and json.loads(out.read_text())["world_size"] == 8
     assert "step time" in capsys.readouterr().out
     rc = main(["plan", "gpt2-small", "--cluster", "rtx4090-pcie", "--batch", "64", "--seq", "1024",
-               "--memory", "0.05", "--no-baselines"])
+               "--memory", "0.05", "--no-baselines", "--ilp-prices"])
     assert rc == 2
     err = capsys.readouterr().err
     assert "no plan fits" in err and "smallest needs" in err
