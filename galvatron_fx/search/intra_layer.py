@@ -71,7 +71,8 @@ from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
-from galvatron_fx.search.node_strategies import _IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies
+from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies,
+                                                 sharded_activation_fraction, sharded_param_fraction)
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
 
 log = logging.getLogger(__name__)
@@ -502,8 +503,8 @@ def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by
         compute_s=compute_s, compute_ratio=compute_s / full if full > 0 else 1.0,
         comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
         comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
-        param_fraction=_param_fraction(dl, by_node, tp),
-        activation_fraction=_activation_fraction(dl, by_node, [by_name[n] for n in problem.nodes if n not in role], tp),
+        param_fraction=sharded_param_fraction(dl, by_node, tp),
+        activation_fraction=sharded_activation_fraction(dl, by_node, [by_name[n] for n in problem.nodes if n not in role], tp),
         comm=comm, input_layout=tuple(pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
         output_layout=tuple(_out_placement(chosen, a) for a in outs),
         objective_s=solve[0] if solve is not None else total,
@@ -576,27 +577,3 @@ def _reshard_s(cost_model: CostModel, nbytes: int, src: Placement, dst: Placemen
         return 0.0
     n = len(ranks)
     return cost_model.reshard_time_s(nbytes, Layout((n,), (src,)), Layout((n,), (dst,)), ranks, ndim)
-
-
-def _param_fraction(dl: DecomposedLayer, chosen: dict, tp: int) -> float:
-    total = local = 0
-    for ph, role in zip(dl.inputs, dl.input_roles):
-        if role != "param":
-            continue
-        b = tensor_bytes(ph.meta["val"])
-        total += b
-        local += b / tp if isinstance(chosen[ph].outputs[0], Shard) else b
-    return local / total if total else 1.0
-
-
-def _activation_fraction(dl: DecomposedLayer, chosen: dict, calls: list[fx.Node], tp: int) -> float:
-    """Share of the forward's output bytes one rank holds (sharded outputs count 1/tp)."""
-    total = local = 0.0
-    for n in calls:
-        for p, v in zip(chosen[n].outputs, _flat_outputs(n)):
-            if not isinstance(v, torch.Tensor) or p is None:
-                continue
-            b = tensor_bytes(v)
-            total += b
-            local += b / tp if isinstance(p, Shard) else b
-    return local / total if total else 1.0

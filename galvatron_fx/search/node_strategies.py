@@ -31,11 +31,12 @@ from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R
 from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.vocab_parallel import extra_strategies
 
-__all__ = ["NodeStrategy", "node_strategies"]
+__all__ = ["NodeStrategy", "node_strategies", "sharded_activation_fraction", "sharded_param_fraction"]
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -242,3 +243,29 @@ def _mesh(tp: int):
     mesh = DeviceMesh("cpu", torch.arange(tp), _init_backend=False)
     _MESHES[tp] = mesh
     return mesh
+
+
+def sharded_param_fraction(dl, chosen: dict, tp: int) -> float:
+    """Share of a decomposed layer's parameter bytes one rank holds under the chosen node
+    strategies (sharded parameters count 1/tp)."""
+    total = local = 0
+    for ph, role in zip(dl.inputs, dl.input_roles):
+        if role != "param":
+            continue
+        b = tensor_bytes(ph.meta["val"])
+        total += b
+        local += b / tp if isinstance(chosen[ph].outputs[0], Shard) else b
+    return local / total if total else 1.0
+
+
+def sharded_activation_fraction(dl, chosen: dict, calls: list[fx.Node], tp: int) -> float:
+    """Share of the forward's output bytes one rank holds (sharded outputs count 1/tp)."""
+    total = local = 0.0
+    for n in calls:
+        for p, v in zip(chosen[n].outputs, _flat_outputs(n)):
+            if not isinstance(v, torch.Tensor) or p is None:
+                continue
+            b = tensor_bytes(v)
+            total += b
+            local += b / tp if isinstance(p, Shard) else b
+    return local / total if total else 1.0
