@@ -97,6 +97,9 @@ class LayerGraphs:
     bw: fx.GraphModule | None = None
     simple: bool = True  # the graphs have the form the runtime calls directly (hoist_saved_collectives)
     hoisted: list = field(default_factory=list)  # (saved index, reduce op, group name)
+    # positions of the (non-parameter) inputs the forward also takes whole, after its inputs
+    # (passes.fold_input_reductions)
+    whole_inputs: list = field(default_factory=list)
     recompute: str = "none"
     recompute_bw: fx.GraphModule | None = None  # the backward as it runs under full recomputation
     param_names: list = field(default_factory=list)  # FQNs, in the graphs' parameter order

@@ -18,9 +18,11 @@ by the runner (:mod:`galvatron_fx.passes.runner`):
 3. ``clean_up_graphs`` — no dead ops or identity views; the collectives recorded;
 4. ``hoist_saved_collectives`` — small saved-value all-reduces taken out of the backward, to be
    launched from forward;
-5. ``schedule_collectives`` — each collective issued as soon as its inputs exist and waited for
-   where its result is first read (a loss's target count all-reduced while its log-softmax runs);
-6. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
+5. ``fold_input_reductions`` — a dp sum of an exact count over a user input (a mean loss's
+   count of targets) computed from the whole input, which every rank holds: no collective;
+6. ``schedule_collectives`` — each collective issued as soon as its inputs exist and waited for
+   where its result is first read;
+7. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
 
 Then the program passes: ``bucket_gradients`` (the fused data-parallel communication: DDP
 buckets, FSDP gathers and reduce-scatters per layer) and ``split_stages`` (per stage, the step
@@ -48,6 +50,7 @@ from galvatron_fx.passes.apply_placements import apply_placements_pass, option_f
 from galvatron_fx.passes.bucket_gradients import bucket_gradients_pass
 from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_collectives_pass
 from galvatron_fx.passes.mark_recompute import mark_recompute_pass
 from galvatron_fx.passes.partition_graphs import partition_graphs_pass
@@ -60,7 +63,7 @@ log = logging.getLogger(__name__)
 __all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "lower", "lower_layer"]
 
 LAYER_PASSES = (apply_placements_pass, partition_graphs_pass, clean_up_graphs_pass, hoist_saved_collectives_pass,
-                schedule_collectives_pass, mark_recompute_pass)
+                fold_input_reductions_pass, schedule_collectives_pass, mark_recompute_pass)
 PROGRAM_PASSES = (bucket_gradients_pass, split_stages_pass)
 
 _FAKE_MESHES: dict[tuple[int, int], object] = {}
@@ -165,8 +168,11 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
                                 "re-solves the layer on the plan's cluster")
             option = resolve(layer, dl, st)
         mesh = mesh_of(lp.stage, lp.dp, st.tp)
+        # (which inputs are the user's: the forward may take those whole, fold_input_reductions)
+        users = tuple(i for i, (n, r) in enumerate(zip(dl.input_names, dl.input_roles))
+                      if r != "param" and n in mg.input_names)
         key = (layer.kind, tuple(sorted(option.placements.items())), str(st.recompute), (lp.dp, st.tp),
-               str(dtype), id(mesh))
+               str(dtype), users, id(mesh))
         if key not in program.layer_graphs:
             # lowerings of this graph are kept with it (another plan of the same model reuses
             # those it shares), unless this lowering dumps its passes

@@ -15,8 +15,9 @@ collective. This pass moves
    only reorder compute); and
 2. each ``wait_tensor`` down to just before the first op that reads its result.
 
-A mean loss over data-parallel ranks, for instance, all-reduces its global count of targets
-while its log-softmax runs, instead of before it.
+A mean loss over data-parallel ranks whose count of targets is not folded
+(:mod:`~galvatron_fx.passes.fold_input_reductions`), for instance, all-reduces that count while
+its log-softmax runs, instead of before it.
 """
 
 from __future__ import annotations

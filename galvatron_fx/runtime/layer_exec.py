@@ -85,10 +85,14 @@ class LayerExecutor(nn.Module, PlacedLayer):
         says. ``unwrapped`` (for callers that chain lowered layers): inputs may also be local
         tensors the lowered graph :meth:`_Lowered.accepts`, and DTensor outputs come back as
         their local tensors (:meth:`_Lowered.rewrap` gives their layouts). Called as a module
-        (``ex(*xs, unwrapped=True)``), so that FSDP's hooks see it."""
-        assert len(xs) == len(self._inputs), f"expected {len(self._inputs)} inputs, got {len(xs)}"
+        (``ex(*xs, unwrapped=True)``), so that FSDP's hooks see it. A lowered layer whose
+        program reads user inputs whole (:attr:`_Lowered.whole_inputs`) may get them after its
+        inputs."""
+        n = len(self._inputs)
+        wholes = len(self.lowered.whole_inputs) if self.lowered is not None else 0
+        assert len(xs) in (n, n + wholes), f"expected {n} inputs, got {len(xs)}"
         if self.lowered is not None:
-            return self.lowered(self, xs, unwrapped=unwrapped)
+            return self.lowered(self, xs[:n], unwrapped=unwrapped, wholes=xs[n:])
         return self._interpret(xs)
 
     # -- lowering -----------------------------------------------------------------------------

@@ -69,10 +69,12 @@ class _GraphPair:
     """A layer's traced forward and backward graphs and how to call them: the forward returns
     the user outputs then the tensors saved for backward; the backward takes the saved tensors,
     then one gradient per output that requires grad, and returns one gradient per input.
-    ``hoisted``: saved tensors all-reduced from forward to backward (:func:`hoist_saved_all_reduces`)."""
+    ``hoisted``: saved tensors all-reduced from forward to backward (:func:`hoist_saved_all_reduces`);
+    the forward takes ``num_whole`` whole user inputs after the layer's inputs, which get no gradient
+    (:mod:`~galvatron_fx.passes.fold_input_reductions`)."""
 
     def __init__(self, fw: fx.GraphModule, bw: fx.GraphModule, num_outputs: int, out_grad: list[bool],
-                 hoisted: list | None = None):
+                 hoisted: list | None = None, num_whole: int = 0):
         if hoisted is None:  # graphs traced here: hoist from a copy (AOTAutograd's runtime keeps the original)
             bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))
             num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
@@ -80,6 +82,7 @@ class _GraphPair:
         self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoisted]
         self.fw, self.bw = graph_callable(fw), graph_callable(bw)
         self.num_outputs = num_outputs
+        self.num_whole = num_whole
         self.out_grad = out_grad
         self.any_constant = not all(out_grad)
 
@@ -142,7 +145,7 @@ class _RunGraphs(torch.autograd.Function):
                 saved[i] = t
         # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)
         tangents = [g.contiguous() for g, req in zip(grads, graphs.out_grad) if req]
-        return (None, *graphs.bw(*saved, *tangents))
+        return (None, *graphs.bw(*saved, *tangents), *(None,) * graphs.num_whole)
 
 
 class _Lowered:
@@ -188,25 +191,31 @@ class _Lowered:
         self.graphs: _GraphPair | None = None  # the training graphs, run without AOT's wrappers
         self._out_grad: list[bool] | None = None  # which outputs of a training call require grad
         self.program = None  # the LayerGraphs it runs, if it was given one
+        self.whole_inputs: list[int] = []  # inputs the program's forward also takes whole
         if program is not None and program.simple and program.fw is not None:
             tr = program.trace
             self.program = program
+            self.whole_inputs = list(program.whole_inputs)
             self.in_specs, self.in_dtypes = list(tr.in_specs), list(tr.in_dtypes)
             self.out_specs, self.out_tree, self.out_consts = list(tr.out_specs), tr.out_tree, dict(tr.out_consts)
             self._out_grad = list(tr.out_grad)
-            self.graphs = _GraphPair(program.fw, program.bw, len(tr.out_grad), list(tr.out_grad), program.hoisted)
+            self.graphs = _GraphPair(program.fw, program.bw, len(tr.out_grad), list(tr.out_grad), program.hoisted,
+                                     len(self.whole_inputs))
 
     def _unseed(self, why: str) -> None:
         """Trace at this call after all (see module doc)."""
         log.info("a lowered layer traces at its first call instead of running its program: %s", why)
         self.program, self.graphs, self.in_specs, self.in_dtypes = None, None, None, None
+        self.whole_inputs = []
         self.out_specs, self.out_tree, self.out_consts, self._out_grad = None, None, {}, None
 
-    def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False):
+    def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False, wholes=()):
         """Run on ``xs``: DTensors, or plain local tensors already in the recorded layout of
         their position (:class:`LocalValue` handed on by the caller, which checked
         :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no
-        ``from_local``; the next lowered layer takes the local tensor as it is)."""
+        ``from_local``; the next lowered layer takes the local tensor as it is). ``wholes``: the
+        inputs :attr:`whole_inputs` names, whole (the program's forward reads them; a call that
+        traces instead does not)."""
         specs = [(tuple(x.placements), x.shape, x.stride()) if isinstance(x, DTensor) else None for x in xs]
         if self.in_specs is not None and any(s is not None and s != w for s, w in zip(specs, self.in_specs)):
             # (a step's calls match and skip all this) an input in the traced layout but with other
@@ -240,7 +249,7 @@ class _Lowered:
         if not torch.is_grad_enabled():
             flat = self.fn[False](*args)
         elif self.graphs is not None:
-            flat = _RunGraphs.run(self.graphs, args)
+            flat = _RunGraphs.run(self.graphs, (*args, *wholes) if self.graphs.num_whole else args)
         else:
             flat = self.fn[True](*args)
             self._out_grad = [t.requires_grad for t in flat]

@@ -241,7 +241,8 @@ class ParallelModule(DataParallelMixin, nn.Module):
             if lower and st.recompute != "selective":
                 # one trace per (kind, placements, mesh, storage); selective recompute keeps the
                 # interpreter, whose per-op dispatch the selective policy needs
-                key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp)
+                users = tuple(k for k, (name, _) in enumerate(ex.feeds) if name in mg.input_names)
+                key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp, users)
                 graphs = lowered_layers[layer.name].graphs if layer.name in lowered_layers else None
                 ex.lower(share_with=traced.setdefault(key, ex), program=graphs)
             wrap = checkpoint_fn(st.recompute)
@@ -315,6 +316,15 @@ class ParallelModule(DataParallelMixin, nn.Module):
                 return local
         return distribute_tensor(full, mesh, [dp_p, tp_p], src_data_rank=None)
 
+    def _whole_input(self, name: str, env: dict) -> torch.Tensor:
+        """User input ``name`` whole, in the dtype its layer reads it in (every rank holds it)."""
+        full = env[name]
+        if isinstance(full, DTensor):
+            full = full.full_tensor()
+        if full.is_floating_point() and full.dtype != self.compute_dtype:
+            full = full.to(self.compute_dtype)
+        return full
+
     def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
         """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
         shape; positional and keyword as the model was captured, or one mapping of names to
@@ -363,10 +373,13 @@ class ParallelModule(DataParallelMixin, nn.Module):
         """Run this module's layers on ``env`` (value name -> DTensor, or a full tensor for user
         inputs), adding their outputs to it; returns the values named ``outputs`` (DTensors for
         layer outputs; ``wrap=False``: as they travel). Between lowered layers values travel
-        unwrapped (:class:`LocalValue`)."""
+        unwrapped (:class:`LocalValue`); a lowered layer whose program counts over a user input
+        whole (:mod:`~galvatron_fx.passes.fold_input_reductions`) gets it whole too."""
         batched = {n for n in self.mg.input_names if n in env and getattr(env[n], "ndim", 0) >= 1}
         for ex, run in zip(self.executors, self._ckpt):
             xs = [self._layout_input(ex, i, name, tp_p, env, batched) for i, (name, tp_p) in enumerate(ex.feeds)]
+            if ex.lowered is not None and ex.lowered.whole_inputs:
+                xs += [self._whole_input(ex.feeds[i][0], env) for i in ex.lowered.whole_inputs]
             outs = run(*xs)
             if ex.lowered is not None:
                 outs = ex.lowered.rewrap(outs)

@@ -251,7 +251,7 @@ def _hoisted_checks(pm, opt, batch, m) -> dict:
     from galvatron_fx.runtime import lowered
 
     graphs = pm.executors[-1].lowered.graphs
-    res = {"hoisted": len(graphs.hoisted),
+    res = {"hoisted": len(graphs.hoisted), "whole_inputs": list(pm.executors[-1].lowered.whole_inputs),
            "fw_all_reduces": graphs.fw.source.count("_all_reduce_"),
            "bw_all_reduces": graphs.bw.source.count("_all_reduce_")}
     xs = [x.chunk(m)[0] for x in batch]
@@ -652,9 +652,12 @@ def test_compile_checks_world_size_and_plan_identity(world2):
         assert r["planned_loss_err"] <= TOL, r["planned"]
 
 
-def test_loss_token_count_is_reduced_from_forward(world2):
+def test_loss_token_count_needs_no_collective(world2):
+    """The dp mean loss counts its targets over the whole labels every rank holds
+    (fold_input_reductions): no all-reduce in its forward or backward."""
     r = assert_ok(world2, TIMED)
-    assert r["fw_all_reduces"] == 1 and r["bw_all_reduces"] == 0 and r["hoisted"] == 0, r
+    assert r["fw_all_reduces"] == 0 and r["bw_all_reduces"] == 0 and r["hoisted"] == 0, r
+    assert r["whole_inputs"] == [1], r  # (logits, labels): the labels whole
     assert r["in_flight_after_forwards"] <= 64, r
     assert r["in_flight_after_step"] == 0 and r["step_loss_finite"], r
 

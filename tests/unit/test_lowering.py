@@ -286,6 +286,8 @@ def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory):
             ops = lambda g: [str(n.target) for n in g.graph.nodes if n.op == "call_function"]  # noqa: E731
             if slot == "bw" and lg.hoisted:
                 continue  # (the program's backward lost its hoisted all-reduces)
+            if slot == "fw" and lg.whole_inputs:
+                continue  # (and its forward its folded counts: test_a_data_parallel_count_...)
             assert ops(mine) == ops(theirs), (lg.name, slot)
 
 
@@ -312,15 +314,27 @@ def test_the_lower_command_writes_the_program_and_says_whether_it_matches(tmp_pa
 
 
 def test_collectives_are_issued_early_and_waited_late(tiny, a100, tmp_path_factory):
-    """schedule_collectives: a data-parallel mean loss all-reduces its target count before its
-    log-softmax and waits where it divides; the reordered graph computes the same values."""
+    """schedule_collectives: a data-parallel mean loss (its count not folded) all-reduces its
+    target count before its log-softmax and waits where it divides; the reordered graph
+    computes the same values."""
     import copy
 
     import torch
 
     from galvatron_fx.passes.schedule_collectives import schedule_collectives
 
-    plan, prog, _summary, _out = _program(tiny, a100, "ddp", tmp_path_factory)
+    from galvatron_fx.passes import lower_program
+    from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
+
+    # the count of targets is all-reduced when it is not folded (fold_input_reductions)
+    plan = _program(tiny, a100, "ddp", tmp_path_factory)[0]
+    unfolded = tuple(p for p in lower_program.LAYER_PASSES if p is not fold_input_reductions_pass)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(lower_program, "LAYER_PASSES", unfolded)
+    try:  # (a lowering that dumps keeps no lowering shared with the graph)
+        prog = lower(tiny, plan, dump_dir=tmp_path_factory.mktemp("unfolded"))
+    finally:
+        mp.undo()
     loss = next(lg for lg in prog.layer_graphs.values() if lg.name == "loss")
     ops = [n for n in loss.fw.graph.nodes if n.op == "call_function"]
     names = [str(n.target) for n in ops]
@@ -359,3 +373,87 @@ def test_a_batch_of_one_on_one_dp_rank_lowers(name, a100):
         assert {lp.dp for lp in plan.layers} == {1}
         prog = lower(mg, plan)
         assert all(lg.fw is not None for lg in prog.layer_graphs.values())
+
+
+def test_a_data_parallel_count_of_targets_is_computed_from_the_whole_labels(tiny, a100, tmp_path_factory):
+    """fold_input_reductions: the DDP loss's count of targets needs no collective: every rank
+    holds the whole labels. Its forward reads them whole (named so in the dump), issues no
+    collective and computes what the unfolded forward computes when the whole labels are this
+    rank's (the stand-in group sums over one rank)."""
+    import torch
+
+    from galvatron_fx.passes import lower_program
+    from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
+
+    plan, prog, summary, out = _program(tiny, a100, "ddp", tmp_path_factory)
+    loss = next(lg for lg in prog.layer_graphs.values() if lg.name == "loss")
+    assert loss.whole_inputs == [1]  # (logits, labels): the labels
+    assert not [n for n in loss.fw.graph.nodes if "c10d" in str(n.target)]
+    assert not next(lay for lay in summary["layers"] if lay["name"] == "loss")["fw_collectives"]
+    assert "whole_" in _text(out, "loss.fw.txt") and summary["matches_plan"]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(lower_program, "LAYER_PASSES",
+               tuple(p for p in lower_program.LAYER_PASSES if p is not fold_input_reductions_pass))
+    try:
+        ref = next(lg for lg in lower(tiny, plan, dump_dir=tmp_path_factory.mktemp("ref")).layer_graphs.values()
+                   if lg.name == "loss")
+    finally:
+        mp.undo()
+    assert ref.whole_inputs == [] and [n for n in ref.fw.graph.nodes if "all_reduce" in str(n.target)]
+    g = torch.Generator().manual_seed(0)
+    local = [n.meta["val"] for n in ref.fw.graph.nodes if n.op == "placeholder"]  # this rank's pieces
+    logits = torch.randn(local[0].shape, generator=g)
+    labels = torch.randint(0, 512, tuple(local[1].shape), generator=g)
+    labels[0, :5] = -100  # ignored targets are not counted
+    for a, b in zip(loss.fw(logits, labels, labels), ref.fw(logits, labels)):
+        assert torch.equal(a, b)
+
+
+def _count_graph(dtype, *, group="dp", extra_input=False):
+    """all_reduce(float(sum(x != 0))) over ``group``, as a traced loss counts its targets."""
+    import torch
+    import torch.fx as fx
+
+    aten, c10d = torch.ops.aten, torch.ops._c10d_functional
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 8, dtype=dtype, device="meta")
+    y = g.placeholder("y")
+    y.meta["val"] = torch.empty(4, 8, dtype=dtype, device="meta")
+    v = g.call_function(aten.view.default, (x, [32]))
+    v.meta["val"] = torch.empty(32, dtype=dtype, device="meta")
+    ne = g.call_function(aten.ne.Tensor if extra_input else aten.ne.Scalar,
+                         (v, g.call_function(aten.view.default, (y, [32])) if extra_input else 0))
+    if extra_input:
+        ne.args[1].meta["val"] = v.meta["val"]
+    ne.meta["val"] = torch.empty(32, dtype=torch.bool, device="meta")
+    if dtype.is_floating_point:  # a float value summed: not exact in any order
+        ne = g.call_function(aten.mul.Tensor, (v, 2.0))
+        ne.meta["val"] = v.meta["val"]
+    s = g.call_function(aten.sum.default, (ne,))
+    s.meta["val"] = torch.empty((), dtype=torch.int64 if not dtype.is_floating_point else dtype, device="meta")
+    f = g.call_function(aten._to_copy.default, (s,), {"dtype": torch.float32})
+    f.meta["val"] = torch.empty((), device="meta")
+    ar = g.call_function(c10d.all_reduce.default, (f, "sum", group))
+    w = g.call_function(c10d.wait_tensor.default, (ar,))
+    g.output((w,))
+    return fx.GraphModule({}, g), x
+
+
+@pytest.mark.parametrize("case", ["count", "float", "other group", "reads another tensor"])
+def test_only_an_exact_count_over_the_dp_group_of_one_input_is_folded(case):
+    import torch
+
+    from galvatron_fx.passes.fold_input_reductions import fold_input_reductions
+
+    gm, x = _count_graph(torch.float32 if case == "float" else torch.int64,
+                         group="tp" if case == "other group" else "dp", extra_input=case == "reads another tensor")
+    added = fold_input_reductions(gm, {x: (0, (8, 8))}, "dp")
+    has_ar = any("all_reduce" in str(n.target) for n in gm.graph.nodes)
+    if case != "count":
+        assert added == [] and has_ar
+        return
+    assert added == [0] and not has_ar
+    whole = torch.randint(0, 3, (8, 8))
+    (count,) = gm(whole[:4], whole[:4], whole)
+    assert count.dtype == torch.float32 and count.item() == (whole != 0).sum().item()
