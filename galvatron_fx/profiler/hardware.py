@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +55,7 @@ from galvatron_fx.profiler.hardware_profile import (
     detect_slow_links,
     profile_from_dict,
 )
+from galvatron_fx.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -72,24 +72,6 @@ _COMM_COLLECTIVES = (
 
 
 # ---------------------------------------------------------------------------- measuring
-class Progress:
-    """A one-line progress bar on stderr; no dependency. Shared by the profilers."""
-
-    def __init__(self, total: int, enabled: bool, title: str = "profile") -> None:
-        self.total, self.done, self.enabled, self.t0 = max(total, 1), 0, enabled, time.perf_counter()
-        self.title = title
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.enabled:
-            bar = "#" * int(30 * self.done / self.total)
-            el = time.perf_counter() - self.t0
-            sys.stderr.write(f"\r{self.title} [{bar:<30}] {self.done}/{self.total} {el:5.1f}s {label:<40.40}")
-            if self.done >= self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _human(nbytes: int) -> str:
     for unit, div in (("MiB", MiB), ("KiB", KiB)):
         if nbytes >= div:

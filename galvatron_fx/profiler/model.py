@@ -56,7 +56,7 @@ from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
 from galvatron_fx.limits import load_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
-from galvatron_fx.profiler.hardware import Progress
+from galvatron_fx.progress import Progress
 
 logger = logging.getLogger(__name__)
 

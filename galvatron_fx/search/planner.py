@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 import time
 from collections.abc import Sequence
 
@@ -60,6 +59,7 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import Precision
+from galvatron_fx.progress import Progress
 from galvatron_fx.search.assemble_plan import _assemble, _Candidate, _StageResult
 from galvatron_fx.search.candidates import (
     LayerChoice,
@@ -430,14 +430,12 @@ class _Search:
         points = [(pp, m, sch) for pp in self.pp_values() for sch in self.space.schedules
                   for m in sorted(self.m_values(pp, sch), reverse=True)
                   if not (pp == 1 and sch != self.space.schedules[0])]
-        for k, (pp, m, sch) in enumerate(points):
-            if self.progress:
-                print(f"\r  searching pp={pp:<3} m={m:<4} {sch:<8} [{k + 1}/{len(points)}]", end="", file=sys.stderr)
+        bar = Progress(len(points), self.progress, title="search")
+        for pp, m, sch in points:
             cand = self.search_point(pp, m, sch, best.step_time_s if best else math.inf)
             if cand is not None and (best is None or cand.step_time_s < best.step_time_s):
                 best = cand
-        if self.progress:
-            print(file=sys.stderr)
+            bar.step(f"pp={pp} m={m} {sch}")
         if best is None:
             raise PlanError(_why_none(self, points))
         return best
