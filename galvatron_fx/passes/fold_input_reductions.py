@@ -38,7 +38,6 @@ __all__ = ["fold_input_reductions", "fold_input_reductions_pass"]
 
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.flatten.using_ints)
-_CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 
 
 def _val(n) -> torch.Tensor | None:
@@ -59,6 +58,7 @@ def _chain(top: fx.Node, source: fx.Node) -> list[fx.Node] | None:
     """The pointwise ops and views from ``source`` to ``top`` in graph order, or None when
     ``top`` reads anything else (another tensor, a non-pointwise op)."""
     seen: dict[fx.Node, None] = {}
+    numel = _val(source).numel()
     stack = [top]
     while stack:
         n = stack.pop()
@@ -75,7 +75,6 @@ def _chain(top: fx.Node, source: fx.Node) -> list[fx.Node] | None:
                 return None
         elif not (torch.Tag.pointwise in n.target.tags or _cast_only(n)):
             return None
-        numel = _val(source).numel()
         for a in (*n.args, *n.kwargs.values()):
             if isinstance(a, fx.Node):
                 v = _val(a)
