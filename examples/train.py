@@ -6,8 +6,9 @@ Run under ``torchrun --standalone --nproc-per-node 4 examples/train.py`` (gloo; 
    one (a few message sizes and repeats, a few seconds) and cache it for next time;
 2. plan: capture the model, search once without a memory limit, then again under a budget of
    ``--budget-fraction`` of that plan's predicted peak, so the plan has to shard, recompute or
-   split tensors (tighter budgets are tried until the plan differs); pipelines are not searched
-   (the runtime does not run them yet). Planning happens on rank 0; the plan is broadcast;
+   split tensors (tighter budgets are tried until the plan differs); the demo keeps one pipeline
+   stage (``search={"pp": (1,)}``; pipelined plans run too: ``tests/dist/test_pipeline.py``).
+   Planning happens on rank 0; the plan is broadcast;
 3. train ``--steps`` AdamW steps on a small fixed synthetic dataset (token sequences that repeat
    with a short period, so the loss falls visibly) with a progress bar on stderr;
 4. measure: median wall time of ``train_step`` after warm-up, and the peak of tensor memory of

@@ -1,37 +1,67 @@
-"""galvatron_fx — automatic hybrid-parallel training for PyTorch, as a compiler over FX graphs."""
+"""galvatron_fx — automatic hybrid-parallel training for PyTorch, as a compiler over FX graphs.
 
-from galvatron_fx import zoo
-from galvatron_fx.capture import capture
-from galvatron_fx.cluster import Cluster
-from galvatron_fx.errors import (CaptureError, ConfigError, GalvatronError, PlanError, PrecisionError,
-                                 RankFailureError, UnsupportedModelError)
-from galvatron_fx.ir import LayerInfo, LayerRole, LayerStrategy, ModelGraph, ParallelPlan
-from galvatron_fx.api import compile
-from galvatron_fx.passes.lower_program import lower
-from galvatron_fx.search.candidates import SearchSpace
-from galvatron_fx.search.planner import plan
-from galvatron_fx import backend  # registers torch.compile(..., backend="galvatron_fx")
+The names below are imported on first use, so ``import galvatron_fx`` (and the command line's
+``--help``) does not import torch. ``torch.compile(model, backend="galvatron_fx")`` finds the
+backend through the package's ``torch_dynamo_backends`` entry point.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CaptureError",
-    "Cluster",
-    "ConfigError",
-    "GalvatronError",
-    "LayerInfo",
-    "LayerRole",
-    "LayerStrategy",
-    "ModelGraph",
-    "ParallelPlan",
-    "PlanError",
-    "PrecisionError",
-    "RankFailureError",
-    "SearchSpace",
-    "UnsupportedModelError",
-    "capture",
-    "compile",
-    "lower",
-    "plan",
-    "zoo",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "CaptureError": "galvatron_fx.errors",
+    "ConfigError": "galvatron_fx.errors",
+    "GalvatronError": "galvatron_fx.errors",
+    "PlanError": "galvatron_fx.errors",
+    "PrecisionError": "galvatron_fx.errors",
+    "RankFailureError": "galvatron_fx.errors",
+    "UnsupportedModelError": "galvatron_fx.errors",
+    "Cluster": "galvatron_fx.cluster",
+    "LayerInfo": "galvatron_fx.ir",
+    "LayerRole": "galvatron_fx.ir",
+    "LayerStrategy": "galvatron_fx.ir",
+    "ModelGraph": "galvatron_fx.ir",
+    "ParallelPlan": "galvatron_fx.ir",
+    "SearchSpace": "galvatron_fx.search.candidates",
+    "capture": "galvatron_fx.capture",
+    "compile": "galvatron_fx.api",
+    "lower": "galvatron_fx.passes.lower_program",
+    "plan": "galvatron_fx.search.planner",
+}
+
+__all__ = sorted([*_EXPORTS, "zoo"])
+
+
+class _Package(types.ModuleType):
+    """Keeps ``galvatron_fx.capture`` the function once the submodule of that name is imported
+    (importing a submodule sets it as an attribute of its package)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and name in self.__dict__:
+            return
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+def __getattr__(name: str):
+    if name == "zoo":
+        return importlib.import_module("galvatron_fx.zoo")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'galvatron_fx' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    setattr(sys.modules[__name__], name, value)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+sys.modules[__name__].__class__ = _Package

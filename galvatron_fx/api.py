@@ -29,6 +29,7 @@ pipelined plan the first rank of each stage writes its stage's under ``stage<k>/
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from galvatron_fx.cluster import Cluster
-from galvatron_fx.errors import PlanError
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan, cluster_differences, model_mismatch
 from galvatron_fx.runtime.guard import PLANNING_TIMEOUT, StepGuard, agree, patience, set_timeout
 from galvatron_fx.runtime.parallel_module import ParallelModule
@@ -150,7 +151,8 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
-            search=None, timeout: float | None = None, dump_dir=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
+            search=None, precision: str | None = None, progress: bool | None = None, timeout: float | None = None,
+            dump_dir=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
@@ -161,6 +163,9 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     ``loss_fn(output, target)``: for a model that does not return its loss; the last of
     ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
     model is called with the others. The search runs on rank 0 and its plan is broadcast.
+    ``precision``: ``"fp32"`` (the default), ``"bf16"`` or ``"fp16"`` to search in (a given
+    ``plan`` runs in its own; naming another is an error); ``progress``: the search's progress
+    lines on rank 0's stderr (default: when stderr is a terminal).
     ``timeout``: seconds any collective may wait for a peer; ``dump_dir``: where to write the
     lowered program (see module doc)."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
@@ -171,7 +176,7 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     set_timeout(timeout)
     with StepGuard().section("compile"):
         return _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget,
-                        plan, search, dump_dir)
+                        plan, search, dump_dir, precision=precision, progress=progress)
 
 
 def resolver(plan: ParallelPlan, mg):
@@ -207,7 +212,7 @@ def _my_dump_dir(plan: ParallelPlan, dump_dir):
 
 
 def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget, plan,
-             search, dump_dir=None):
+             search, dump_dir=None, *, precision=None, progress=None):
     import galvatron_fx as gfx
 
     world = dist.get_world_size()
@@ -219,12 +224,16 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
         def search_plan() -> ParallelPlan:
             mg0 = gfx.capture(model, example_inputs, loss_fn, example_kwargs=example_kwargs)
             return gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
-                            search=search)
+                            search=search, precision=precision or "fp32",
+                            progress=sys.stderr.isatty() if progress is None else progress)
 
         with patience(PLANNING_TIMEOUT):  # the others wait for rank 0's search
             plan, given = plan_on_rank0(search_plan), False
     else:
         given = True
+        if precision is not None and precision != plan.precision:
+            raise ConfigError(f"precision={precision!r} next to a plan made for {plan.precision}: the plan runs in its "
+                              f"own precision; drop precision= or re-plan in {precision}")
         check_same_plan(plan)  # first: the checks below then see one plan on every rank
     if plan.world_size != world:  # every rank holds the same plan now: all raise, none waits
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
@@ -247,6 +256,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
         module = PipelineModule(model, mg, plan, resolve=resolver(plan, mg), dump_dir=mine)
     else:
         module = ParallelModule(model, mg, plan, resolve=resolver(plan, mg), dump_dir=mine)
+    module.remember_user_model(model)  # pm.to_module() / pm.unwrap() write the trained weights back into it
     if mine is not None:
         from galvatron_fx.passes.dump_program import write_program
 

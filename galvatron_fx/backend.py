@@ -1,6 +1,6 @@
 """The ``galvatron_fx`` Dynamo backend: ``torch.compile(model, backend="galvatron_fx", options={...})``.
 
-Contract: registered under the name ``"galvatron_fx"`` when ``galvatron_fx`` is imported. Dynamo
+Contract: found under the name ``"galvatron_fx"`` (an installed entry point; see :func:`register`). Dynamo
 hands it one FX graph of torch-level ops (parameters and buffers lifted as graph inputs) with
 real example inputs; ``options`` (see :class:`BackendOptions`) are ``cluster``,
 ``global_batch_size``, ``memory_budget``, ``plan`` (a :class:`~galvatron_fx.ir.plan.ParallelPlan`
@@ -483,15 +483,27 @@ def galvatron_fx_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
     return _Parallel(gm, sig, opts)
 
 
-def register() -> None:
-    """Register :func:`galvatron_fx_backend` as ``"galvatron_fx"`` (idempotent)."""
-    from torch._dynamo.backends.registry import register_backend
+def _entry_point_declared() -> bool:
+    """Whether the installed package declares the ``torch_dynamo_backends`` entry point (then
+    Dynamo registers the backend itself on first lookup, importing this module to do so)."""
+    from importlib.metadata import entry_points
 
     try:
+        return any(ep.name == BACKEND_NAME and ep.value.startswith(__name__ + ":")
+                   for ep in entry_points(group="torch_dynamo_backends"))
+    except Exception:  # broken metadata: register by hand
+        return False
+
+
+def register() -> None:
+    """Make ``torch.compile(..., backend="galvatron_fx")`` find :func:`galvatron_fx_backend`
+    (idempotent). An installed package declares it as a ``torch_dynamo_backends`` entry point,
+    which Dynamo loads on first lookup (``import galvatron_fx`` need not import torch); a
+    source tree without that metadata registers it here."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if not _entry_point_declared() and BACKEND_NAME not in _COMPILER_FNS:
         register_backend(galvatron_fx_backend, name=BACKEND_NAME)
-    except AssertionError as e:  # registered already (a re-import)
-        if "duplicate" not in str(e):
-            raise
     ignore_hf_logging()
 
 

@@ -1,45 +1,44 @@
 """The ``galvatron-fx`` command line: one sub-command per verb.
 
-Each sub-command lives next to the code it drives and registers itself here through
-``_COMMANDS``; this module only parses arguments and dispatches.
+The arguments of every command are in :mod:`galvatron_fx.commands` (no heavy imports, so
+``--help`` answers at once); the code that runs a command is imported only when it runs.
+``-v/--verbose`` works before or after the command name.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-# name -> (module path, function adding the sub-parser, function running it)
-_COMMANDS: dict[str, str] = {
-    "inspect": "galvatron_fx.inspect",
-    "profile": "galvatron_fx.profiler.hardware",
-    "plan": "galvatron_fx.search.cli",
-    "lower": "galvatron_fx.lower_cli",
-}
+from galvatron_fx.commands import COMMANDS
 
 
-def _load(module_name: str):
-    import importlib
-
-    return importlib.import_module(module_name)
+def _verbose(p: argparse.ArgumentParser, *, default) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", default=default, help="log at INFO level")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser; each command module provides ``add_arguments(parser)``."""
+    """The full argument parser (imports no command's code)."""
     parser = argparse.ArgumentParser(
         prog="galvatron-fx",
         description="Automatic hybrid-parallel training for PyTorch models.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    _verbose(parser, default=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module_name in _COMMANDS.items():
-        mod = _load(module_name)
-        p = sub.add_parser(name, help=mod.CLI_HELP, description=mod.CLI_HELP)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run_cli)
+    for name, (help_text, add_arguments, target) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _verbose(p, default=argparse.SUPPRESS)  # after the command too; keeps a -v given before it
+        add_arguments(p)
+        p.set_defaults(_target=target)
     return parser
+
+
+def _runner(target: str):
+    module_name, func = target.split(":")
+    return getattr(importlib.import_module(module_name), func)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,16 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    run: Callable[[argparse.Namespace], int] = args._run
-    try:
-        return int(run(args) or 0)
-    except Exception as e:  # user-facing errors carry their own advice
-        from galvatron_fx.errors import GalvatronError
+    from galvatron_fx.errors import GalvatronError
 
-        if isinstance(e, GalvatronError):
-            print(f"galvatron-fx {args.command}: error: {e}", file=sys.stderr)
-            return 2
-        raise
+    try:
+        return int(_runner(args._target)(args) or 0)
+    except GalvatronError as e:  # user-facing errors carry their own advice
+        print(f"galvatron-fx {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -255,6 +255,21 @@ class Cluster:
 
     # ---------------------------------------------------------------- constructors
     @classmethod
+    def from_spec(cls, spec: str | os.PathLike | None, nodes: int | None = None) -> Cluster:
+        """A preset name (``nodes`` of them, default 1) or a cluster JSON file (which describes its
+        own nodes: ``nodes`` is then an error rather than silently ignored). ``None`` is
+        ``dgx-a100-80g``. The command line's ``--cluster``/``--nodes``."""
+        spec = "dgx-a100-80g" if spec is None else str(spec)
+        if spec.lower() in cluster_presets.CLUSTERS:
+            return cls.preset(spec, nodes=1 if nodes is None else nodes)
+        if spec.endswith(".json") or Path(spec).is_file():
+            if nodes is not None:
+                raise ConfigError(f"--nodes {nodes} next to the cluster file {spec}: a cluster JSON describes its own "
+                                  "nodes; drop --nodes or edit the file")
+            return cls.from_json(spec)
+        raise ConfigError(f"--cluster {spec!r}: neither a preset ({', '.join(PRESET_NAMES)}) nor a cluster JSON file")
+
+    @classmethod
     def preset(cls, name: str, nodes: int = 1) -> Cluster:
         """A cluster of ``nodes`` identical nodes from datasheet figures.
 

@@ -1,8 +1,8 @@
 """Graph dumps: per-layer and per-node tables, JSON and DOT; the ``galvatron-fx inspect`` command.
 
-``galvatron-fx inspect gpt2-small --batch 8 --seq 1024 --json out.json --dot out.dot --nodes``
-captures a zoo model (on the meta device: no weights are allocated), annotates its costs and
-prints what the planner will see.
+``galvatron-fx inspect gpt2-small --batch 8 --seq 1024 --json out.json --dot out.dot --node-table``
+captures a model (a zoo name, ``--hf-config PATH`` or ``--model module:function``) on the meta
+device (no weights are allocated), annotates its costs and prints what the planner will see.
 """
 
 from __future__ import annotations
@@ -11,42 +11,14 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-from galvatron_fx.ir.graph import ModelGraph
+from typing import TYPE_CHECKING
+
+from galvatron_fx.fmt import fmt_bytes, fmt_count, format_table  # noqa: F401 (re-exported)
 from galvatron_fx.ir.meta import facts, tensor_bytes
 
-CLI_HELP = "capture a model and show its layers, kinds and costs (tables, JSON, DOT)"
-
-
-# ---- number formatting ----------------------------------------------------------------------
-
-def fmt_count(x: float) -> str:
-    """1234567 -> '1.23M'."""
-    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.2f}{unit}"
-    return f"{x:.0f}"
-
-
-def fmt_bytes(x: float) -> str:
-    """Bytes in binary units: 1536 -> '1.50 KiB'."""
-    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(x) >= div:
-            return f"{x / div:.2f} {unit}"
-    return f"{int(x)} B"
-
-
-def format_table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
-    """A plain-text table; ``align`` is one char per column, 'l' or 'r'."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align))
-
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
+if TYPE_CHECKING:
+    from galvatron_fx.ir.graph import ModelGraph
 
 # ---- tables ---------------------------------------------------------------------------------
 
@@ -167,27 +139,16 @@ def graph_to_dot(mg: ModelGraph) -> str:
 
 # ---- CLI ------------------------------------------------------------------------------------
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="a zoo model name (see `galvatron_fx.zoo.names()`)")
-    p.add_argument("--batch", type=int, default=1, help="batch size to capture at (default 1)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
-    p.add_argument("--device", default="meta", help="device to build on (default meta: no memory)")
-    p.add_argument("--json", type=Path, help="write layers (and nodes with --nodes) as JSON here")
-    p.add_argument("--dot", type=Path, help="write a Graphviz graph with one cluster per layer here")
-    p.add_argument("--nodes", action="store_true", help="also show the per-node table")
-
-
 def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import zoo
-    from galvatron_fx.capture import capture
+    from galvatron_fx import model_source
 
+    source = model_source.resolve(zoo_name=args.zoo_name, hf_config=args.hf_config, factory=args.factory)
     t0 = time.perf_counter()
-    model, inputs = zoo.build(args.model, batch_size=args.batch, seq_len=args.seq, device=args.device)
-    mg = capture(model, inputs, name=args.model)
-    print(mg.summary(nodes=args.nodes))
+    mg = model_source.capture(source, batch_size=args.batch or 1, seq_len=args.seq, device=args.device)
+    print(mg.summary(nodes=args.node_table))
     print(f"(captured and annotated in {time.perf_counter() - t0:.2f} s)")
     if args.json:
-        args.json.write_text(json.dumps(mg.to_json_dict(nodes=args.nodes), indent=1) + "\n")
+        args.json.write_text(json.dumps(mg.to_json_dict(nodes=args.node_table), indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     if args.dot:
         args.dot.write_text(mg.to_dot())

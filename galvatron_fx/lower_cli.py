@@ -1,4 +1,4 @@
-"""``galvatron-fx lower``: lower a saved plan for a zoo model and dump the program it runs.
+"""``galvatron-fx lower``: lower a saved plan for a model and dump the program it runs.
 
     galvatron-fx lower llama2-7b --plan plan.json --out lowered/
 
@@ -14,17 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-CLI_HELP = "lower a saved plan for a zoo model and dump the graphs it runs, and whether they match the plan"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="a zoo model name (see `galvatron_fx.zoo.names()`), as for `plan`")
-    p.add_argument("--plan", type=Path, required=True, help="a plan JSON written by `galvatron-fx plan --out`")
-    p.add_argument("--out", type=Path, required=True, help="the directory to write the program to")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the plan's)")
-
 
 def _seq_of(plan) -> int | None:
     inputs = (plan.graph or {}).get("inputs") if isinstance(plan.graph, dict) else None
@@ -34,13 +23,14 @@ def _seq_of(plan) -> int | None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import zoo
+    from galvatron_fx import model_source
     from galvatron_fx.capture import capture, mark_batched
     from galvatron_fx.errors import ConfigError, PlanError
     from galvatron_fx.ir.plan import ParallelPlan, model_mismatch
     from galvatron_fx.passes.dump_program import write_program
     from galvatron_fx.passes.lower_program import lower
 
+    source = model_source.resolve(zoo_name=args.zoo_name, hf_config=args.hf_config, factory=args.factory)
     plan = ParallelPlan.load(args.plan)
     seq = args.seq or _seq_of(plan)
     if seq is None:
@@ -49,26 +39,26 @@ def run_cli(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
 
     def captured(batch: int, *, compute: bool = True, annotate: bool = True):
-        model, inputs = zoo.build(args.model, batch_size=batch, seq_len=seq, device="meta")
+        model, a, kw = model_source.build(source, batch_size=batch, seq_len=seq, device="meta")
         if compute and plan.precision != "fp32":  # the runtime captures a copy in the compute dtype
             from galvatron_fx.runtime.precision import COMPUTE_DTYPES
 
             model = model.to(COMPUTE_DTYPES[plan.precision])
-        return capture(model, inputs, name=args.model, annotate=annotate)
+        return capture(model, a, example_kwargs=kw, name=source.name, annotate=annotate)
 
     mg = captured(micro)
     mark_batched(mg, captured(2 * micro, annotate=False))
     # the plan's hash is of the fp32 model's graph
     problem = model_mismatch(plan, mg if plan.precision == "fp32" else captured(micro, compute=False, annotate=False))
     if problem:
-        raise PlanError(f"{args.plan} was made for another model or configuration than {args.model} at "
+        raise PlanError(f"{args.plan} was made for another model or configuration than {source.name} at "
                         f"sequence {seq}: {problem}")
     t1 = time.perf_counter()
     program = lower(mg, plan, dump_dir=args.out)
     s = write_program(program, args.out)
     t2 = time.perf_counter()
     graphs = len(program.layer_graphs)
-    print(f"lowered {args.model} (micro-batch {micro}, seq {seq}, {plan.precision}) for {plan.world_size} devices: "
+    print(f"lowered {source.name} (micro-batch {micro}, seq {seq}, {plan.precision}) for {plan.world_size} devices: "
           f"{len(program.layers)} layers, {graphs} distinct graph pairs; capture {t1 - t0:.1f} s, lowering "
           f"{t2 - t1:.1f} s", file=sys.stderr)
     for lay in s["layers"]:

@@ -271,7 +271,7 @@ class ParallelPlan:
         if world_size is not None and world_size != self.world_size:
             problems.append(
                 f"plan was made for world size {self.world_size}, this job has {world_size}: re-plan "
-                f"for {world_size} devices (`galvatron-fx plan` with --nodes/--devices giving {world_size}) "
+                f"for {world_size} devices (`galvatron-fx plan` on a cluster of {world_size}: --cluster, --nodes) "
                 f"or launch with {self.world_size} processes (torchrun --nproc-per-node ...)"
             )
         if graph_hash is not None and graph_hash != self.graph_hash:

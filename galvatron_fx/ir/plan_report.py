@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.inspect import fmt_bytes, format_table
+from galvatron_fx.fmt import fmt_bytes, format_table
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan
 from galvatron_fx.ir.strategy import LayerStrategy
 
@@ -172,9 +172,9 @@ def _explain_plan(plan: ParallelPlan) -> str:
         layout = f"pp{plan.pp} × per layer (" + ", ".join(f"dp{d}×tp{t}" for d, t in shapes) + ")"
     sched = plan.schedule + (f" ×{plan.virtual_stages} chunks/stage" if plan.virtual_stages > 1 else "")
     out = [
-        f"plan for {plan.model} on {plan.world_size} devices: {layout}",
+        f"plan for {plan.model} on {plan.world_size} devices in {plan.precision}: {layout}",
         f"  schedule {sched}, {plan.num_microbatches} micro-batches, global batch {plan.global_batch_size} "
-        f"(micro-batch {plan.micro_batch_size} per data-parallel rank), precision {plan.precision}",
+        f"(micro-batch {plan.micro_batch_size} per data-parallel rank)",
         f"  graph {plan.graph_hash[:12]}  cluster {plan.cluster_hash[:12]}  plan {plan.plan_hash()[:12]}",
         "",
     ]

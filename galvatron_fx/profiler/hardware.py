@@ -59,7 +59,6 @@ from galvatron_fx.progress import Progress
 
 logger = logging.getLogger(__name__)
 
-CLI_HELP = "measure collectives, p2p links, matmul/attention throughput and overlap; fit the cluster model"
 KiB = 1024
 MiB = 1024 * KiB
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(4 * KiB * 4**i for i in range(8))  # 4 KiB .. 64 MiB
@@ -435,26 +434,6 @@ def profile_hardware(
 
 
 # ---------------------------------------------------------------------------- CLI
-def _parse_size(text: str) -> int:
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    mult = {"k": KiB, "m": MiB, "g": 1024 * MiB}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "kmg" else t
-    return int(float(num) * mult)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``galvatron-fx profile``."""
-    parser.add_argument("--out", help="also write the profile JSON here")
-    parser.add_argument("--sizes", nargs="+", type=_parse_size, help="message sizes, e.g. 4K 1M 64M (default 4K..64M ×4)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per size (median kept)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls per size")
-    parser.add_argument("--group-sizes", nargs="+", type=int, help="group sizes (default: every divisor >= 2 of the world)")
-    parser.add_argument("--no-compute", action="store_true", help="skip matmul/attention/memory bandwidth")
-    parser.add_argument("--no-p2p", action="store_true", help="skip point-to-point and slow-link detection")
-    parser.add_argument("--cache-dir", help="cache directory (default $GFX_CACHE_DIR or ~/.cache/galvatron_fx)")
-    parser.add_argument("--reuse-cache", action="store_true", help="return the cached profile if the fingerprint matches")
-
-
 def run_cli(args: argparse.Namespace) -> int:
     """Run ``galvatron-fx profile`` (under torchrun) and print a summary on rank 0."""
     import torch.distributed as dist

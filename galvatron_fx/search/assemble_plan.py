@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.memory import LayerMemory, reserved_bytes, stage_peak_bytes, tensor_budget_bytes
-from galvatron_fx.inspect import fmt_bytes
+from galvatron_fx.fmt import fmt_bytes
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import (
     Alternative,

@@ -13,7 +13,7 @@ from galvatron_fx.cli import main
 
 def test_inspect_writes_json_and_dot(tmp_path, capsys):
     js, dot = tmp_path / "g.json", tmp_path / "g.dot"
-    rc = main(["inspect", "gpt-tiny", "--batch", "2", "--seq", "32", "--json", str(js), "--dot", str(dot), "--nodes"])
+    rc = main(["inspect", "gpt-tiny", "--batch", "2", "--seq", "32", "--json", str(js), "--dot", str(dot), "--node-table"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "blocks.3" in out and "activations" in out and "fwd FLOPs" in out

@@ -314,7 +314,7 @@ def test_diff_reports_pipeline_and_prediction_changes():
 
 def test_explain_collapses_blocks_and_shows_layout_and_budget():
     text = make_plan().explain()
-    assert "plan for gpt-test on 8 devices: pp2 × per layer (dp4×tp1, dp2×tp2)" in text
+    assert "plan for gpt-test on 8 devices in bf16: pp2 × per layer (dp4×tp1, dp2×tp2)" in text
     assert "1f1b, 4 micro-batches, global batch 32" in text and "bf16" in text
     rows = [l for l in text.splitlines() if l.startswith("blocks.")]
     assert len(rows) == 2 and rows[0].startswith("blocks.0–2 ×3"), rows  # stage 1's blocks.3 is its own row

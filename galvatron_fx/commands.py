@@ -1,0 +1,162 @@
+"""The ``galvatron-fx`` sub-commands' arguments, kept free of heavy imports.
+
+``galvatron-fx --help`` (and any sub-command's ``--help``) parses with this module only: no
+torch, no model code, so it answers at once. Each command names the function that runs it as
+``"module:function"``, imported only when that command runs. Flags mean the same thing in every
+command that takes them: a model is a zoo name, ``--hf-config PATH`` or ``--model
+module:factory`` (:mod:`galvatron_fx.model_source`); ``--batch`` is the global batch,
+``--seq`` the sequence length, ``--cluster``/``--nodes`` the cluster, ``--precision`` the
+training precision (default fp32, as in the Python API), ``-v`` works before or after the
+command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEFAULT_PRECISION = "fp32"  # the Python API's default too (galvatron_fx.plan / compile)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,4, got {text!r}") from None
+
+
+def _size(text: str) -> int:
+    """A byte size: 4096, 4K, 1M, 64MiB."""
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    mult = {"k": 2**10, "m": 2**20, "g": 2**30}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if t[-1:] in "kmg" else t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4K, 1M or 64M, got {text!r}") from None
+
+
+def add_model(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """The model: a zoo name (positional), ``--hf-config`` or ``--model``; exactly one."""
+    p.add_argument("zoo_name", nargs="?", metavar="MODEL",
+                   help="a zoo model name (galvatron_fx.zoo.names(): gpt2-small, llama2-7b, ...)"
+                        + (" (default: the run config's)" if optional else ""))
+    p.add_argument("--hf-config", type=Path, default=None, metavar="PATH",
+                   help="a Hugging Face config.json (or a directory holding one): the model is built from it "
+                        "on the meta device, no weights, no download")
+    p.add_argument("--model", dest="factory", default=None, metavar="MODULE:FUNCTION",
+                   help="your own model: FUNCTION(batch_size=, seq_len=, device=) in an importable MODULE "
+                        "returning (model, example_inputs)")
+
+
+def add_shape(p: argparse.ArgumentParser, *, batch_help: str) -> None:
+    p.add_argument("--batch", type=int, default=None, help=batch_help)
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+
+
+def add_cluster(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default=None,
+                   help="cluster preset (dgx-a100-80g, dgx-h100, h200, rtx4090-pcie) or a cluster JSON file "
+                        "(default dgx-a100-80g)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="number of nodes of a preset (default 1; a cluster JSON describes its own)")
+
+
+def add_search(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory", type=float, default=None, help="memory budget per device in GiB (default: all)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help=f"training precision (default {DEFAULT_PRECISION})")
+    p.add_argument("--max-tp", type=int, default=None, help="cap the tensor-parallel degree")
+    p.add_argument("--tp", type=_int_tuple, default=None, help="only these tensor-parallel degrees, e.g. 2 or 2,4")
+    p.add_argument("--max-pp", type=int, default=None, help="cap the pipeline degree")
+    p.add_argument("--pp", type=_int_tuple, default=None, help="only these pipeline degrees, e.g. 1 or 1,2")
+
+
+def _inspect(p: argparse.ArgumentParser) -> None:
+    add_model(p)
+    add_shape(p, batch_help="batch size to capture at (default 1)")
+    p.add_argument("--device", default="meta", help="device to build on (default meta: no memory)")
+    p.add_argument("--json", type=Path, help="write layers (and nodes with --node-table) as JSON here")
+    p.add_argument("--dot", type=Path, help="write a Graphviz graph with one cluster per layer here")
+    p.add_argument("--node-table", action="store_true", help="also show the per-node table")
+
+
+def _plan(p: argparse.ArgumentParser) -> None:
+    add_model(p)
+    add_cluster(p)
+    add_shape(p, batch_help="global batch size (default: 8 per device)")
+    add_search(p)
+    p.add_argument("--no-baselines", action="store_true", help="skip scoring the hand-written baselines")
+    p.add_argument("--ilp-prices", action="store_true",
+                   help="price tensor-parallel layers by the intra-layer ILP's estimate, not by their lowered "
+                        "programs (faster; `galvatron-fx lower` then reports where the program differs)")
+    p.add_argument("--out", type=Path, default=None, help="write the plan JSON here")
+    p.add_argument("--layer", default=None, help="also explain this layer's choice against its alternatives")
+
+
+def _lower(p: argparse.ArgumentParser) -> None:
+    add_model(p)
+    p.add_argument("--plan", type=Path, required=True, help="a plan JSON written by `galvatron-fx plan --out`")
+    p.add_argument("--out", type=Path, required=True, help="the directory to write the program to")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the plan's)")
+
+
+def _profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="also write the profile JSON here")
+    p.add_argument("--sizes", nargs="+", type=_size, help="message sizes, e.g. 4K 1M 64M (default 4K..64M ×4)")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per size (median kept)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per size")
+    p.add_argument("--group-sizes", nargs="+", type=int, help="group sizes (default: every divisor >= 2 of the world)")
+    p.add_argument("--no-compute", action="store_true", help="skip matmul/attention/memory bandwidth")
+    p.add_argument("--no-p2p", action="store_true", help="skip point-to-point and slow-link detection")
+    p.add_argument("--cache-dir", help="cache directory (default $GFX_CACHE_DIR or ~/.cache/galvatron_fx)")
+    p.add_argument("--reuse-cache", action="store_true", help="return the cached profile if the fingerprint matches")
+
+
+def _export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", type=Path, metavar="CKPT", help="a checkpoint directory written by training "
+                   "(galvatron_fx.runtime.checkpoint.save)")
+    p.add_argument("--out", type=Path, default=None, help="write the model's weights as one .safetensors file")
+    p.add_argument("--hf-dir", type=Path, default=None,
+                   help="write a Hugging Face save_pretrained directory (needs --hf-config)")
+    p.add_argument("--hf-config", type=Path, default=None, metavar="PATH",
+                   help="the Hugging Face config.json the model was built from")
+    p.add_argument("--overwrite", action="store_true", help="replace --out / --hf-dir if they exist")
+
+
+def _train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None, metavar="RUN.toml",
+                   help="a TOML run config (keys: the flags' names); flags given here override its keys")
+    add_model(p, optional=True)
+    p.add_argument("--data", default=None, metavar="MODULE:FUNCTION",
+                   help="FUNCTION(step=, batch_size=, seq_len=) returning a batch (default: the example batch)")
+    p.add_argument("--cluster", default=None, help="local-cpu (default), a preset or a cluster JSON")
+    p.add_argument("--nodes", type=int, default=None, help="number of nodes of a preset")
+    add_shape(p, batch_help="global batch size (default 2 per process)")
+    add_search(p)
+    p.add_argument("--plan", type=Path, default=None, help="run this saved plan instead of searching")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 20)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default=None, help="optimizer (default adamw)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the model's initialisation (default 0)")
+    p.add_argument("--out", type=Path, default=None, help="where metrics.jsonl, plan.json, report.json go "
+                   "(default runs/train)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None, help="save (and resume from) a checkpoint here")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
+
+
+# name -> (help, add_arguments, "module:function" that runs it)
+COMMANDS = {
+    "inspect": ("capture a model and show its layers, kinds and costs (tables, JSON, DOT)", _inspect,
+                "galvatron_fx.inspect:run_cli"),
+    "profile": ("measure collectives, p2p links, matmul/attention throughput and overlap; fit the cluster model "
+                "(under torchrun)", _profile, "galvatron_fx.profiler.hardware:run_cli"),
+    "plan": ("search a hybrid-parallel plan for a model on a cluster and explain it", _plan,
+             "galvatron_fx.search.cli:run_cli"),
+    "lower": ("lower a saved plan and dump the graphs it runs, and whether they match the plan", _lower,
+              "galvatron_fx.lower_cli:run_cli"),
+    "train": ("plan and train a model under torchrun, from flags or a TOML run config; writes metrics.jsonl",
+              _train, "galvatron_fx.train_cli:run_cli"),
+    "export": ("write a checkpoint's trained weights as safetensors or a Hugging Face directory", _export,
+               "galvatron_fx.runtime.weights:run_cli"),
+}
