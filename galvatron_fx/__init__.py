@@ -43,8 +43,6 @@ class _Package(types.ModuleType):
     (importing a submodule sets it as an attribute of its package)."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType) and name in self.__dict__:
-            return
         if name in _EXPORTS and isinstance(value, types.ModuleType):
             value = getattr(value, name)
         super().__setattr__(name, value)
