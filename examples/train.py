@@ -13,7 +13,8 @@ Run under ``torchrun --standalone --nproc-per-node 4 examples/train.py`` (gloo; 
    with a short period, so the loss falls visibly) with a progress bar on stderr;
 4. measure: median wall time of ``train_step`` after warm-up, and the peak of tensor memory of
    one step per rank (``torch.distributed._tools.mem_tracker.MemTracker``), gathered to rank 0;
-5. write ``plan.json``, ``report.json`` and ``report.md`` to ``--out`` (default ``runs/demo``)
+5. write ``plan.json``, ``report.json``, ``report.md`` and ``report.html`` (the page of
+   ``galvatron-fx report``) to ``--out`` (default ``runs/demo``)
    and end with one line: predicted vs measured step time and peak memory.
 """
 
@@ -301,13 +302,14 @@ def main(argv: list[str] | None = None) -> int:
             }
             (out / "report.json").write_text(json.dumps(report, indent=1))
             (out / "report.md").write_text(report_md(report))
+            plan.report(out / "report.html", run=out)  # the plan and this run as one page
             say()
             say("per rank:  measured step ms   peak memory measured / predicted")
             for r in per_rank:
                 say(f"  rank {r['rank']}:  {r['median_step_s'] * 1e3:8.1f}        "
                     f"{mib(r['peak_memory_bytes'])} / {mib(pred_peak)}")
             say(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {args.steps} steps; "
-                f"wrote {out / 'plan.json'}, {out / 'report.json'}, {out / 'report.md'}")
+                f"wrote {out / 'plan.json'}, {out / 'report.json'}, {out / 'report.md'}, {out / 'report.html'}")
             say(f"predicted step {pred_step * 1e3:.1f} ms, measured {meas_step * 1e3:.1f} ms; "
                 f"peak memory predicted {mib(pred_peak)}, measured {mib(meas_peak)} (rank 0)")
         dist.barrier()

@@ -29,6 +29,7 @@ pipelined plan the first rank of each stage writes its stage's under ``stage<k>/
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -179,6 +180,32 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
                         plan, search, dump_dir, precision=precision, progress=progress)
 
 
+def check_hosts(cluster) -> list[str]:
+    """Warn (and return why) where ranks the cluster puts on one node run on different hosts:
+    the plan prices their groups as the fast intra-node links they do not have. Ranks of
+    several "nodes" on one host (agents on loopback) are fine. Collective (gathers hostnames)."""
+    from galvatron_fx.host import hostname
+
+    hosts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, hostname())
+    per = getattr(cluster, "devices_per_node", None)
+    if not per:
+        return []
+    problems = []
+    for node in range(math.ceil(len(hosts) / per)):
+        ranks = range(node * per, min((node + 1) * per, len(hosts)))
+        seen = sorted({hosts[r] for r in ranks})
+        if len(seen) > 1:
+            problems.append(f"ranks {ranks.start}-{ranks.stop - 1} form node {node} of cluster {cluster.name!r} but run "
+                            f"on hosts {', '.join(seen)}: their groups are priced as intra-node links; launch "
+                            f"{per} processes per host (torchrun --nproc-per-node {per}) or describe the cluster "
+                            "as it is")
+    if problems and dist.get_rank() == 0:
+        for p in problems:
+            log.warning(p)
+    return problems
+
+
 def resolver(plan: ParallelPlan, mg):
     """``resolve(layer, decomposed, strategy)`` for the lowering: the layer's intra-layer ILP
     solved again on the plan's own cluster, with a warning; a plan that names no cluster (made by
@@ -235,6 +262,13 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
             raise ConfigError(f"precision={precision!r} next to a plan made for {plan.precision}: the plan runs in its "
                               f"own precision; drop precision= or re-plan in {precision}")
         check_same_plan(plan)  # first: the checks below then see one plan on every rank
+    if dist.get_rank() == 0:  # what will run, and on which figures: one line where people look
+        summary = (f"galvatron_fx: {plan.explain().splitlines()[0]}; predicted {plan.predicted.step_time_s * 1e3:.1f} "
+                   f"ms per step, {max(plan.predicted.device_peak_bytes) / 2**20:.1f} MiB per device "
+                   f"({'the plan given' if given else 'searched on rank 0'}); hardware: "
+                   f"{cluster.describe_source() if hasattr(cluster, 'describe_source') else cluster}")
+        log.info(summary)
+        print(summary, file=sys.stderr)
     if plan.world_size != world:  # every rank holds the same plan now: all raise, none waits
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "
@@ -242,6 +276,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
     if plan.global_batch_size != global_batch_size:
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
+    check_hosts(cluster)
     micro = plan.global_batch_size // plan.num_microbatches
     runtime_model = _runtime_model(model, plan.precision)
     args, kwargs = _resized(example_inputs, example_kwargs, micro)

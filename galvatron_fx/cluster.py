@@ -203,6 +203,19 @@ class Cluster:
         """A tier by name."""
         return self.intra_node if TierName(name) is TierName.INTRA_NODE else self.inter_node
 
+    def describe_source(self) -> str:
+        """Where this cluster's figures come from, in a sentence: a measured profile (its links
+        carry fitted collective times), a preset's datasheet figures, or this machine's
+        conservative CPU defaults, with what to run to measure."""
+        measured = any(t.fits for t in (self.intra_node, self.inter_node))
+        if measured:
+            return f"measured hardware profile {self.name!r}" + (f" (fingerprint {self.fingerprint})"
+                                                                 if self.fingerprint else "")
+        how = f"torchrun --nproc-per-node {self.devices_per_node} -m galvatron_fx.cli profile"
+        if self.fingerprint:
+            return f"no hardware profile for this machine: conservative CPU defaults (measure: {how})"
+        return f"{self.name!r}: datasheet figures, not measured (measure the real machine: {how})"
+
     @property
     def is_heterogeneous(self) -> bool:
         """True when nodes hold different device kinds."""
@@ -284,8 +297,14 @@ class Cluster:
         return _preset(key, nodes)
 
     @classmethod
-    def local_cpu(cls, world_size: int, *, cache_dir: str | os.PathLike | None = None) -> Cluster:
-        """This machine as a gloo "cluster" of ``world_size`` CPU processes on one node.
+    def local_cpu(cls, world_size: int | None = None, *, nodes: int = 1, devices_per_node: int | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> Cluster:
+        """This machine as a gloo "cluster" of ``world_size`` CPU processes on one node, or on
+        ``nodes`` nodes of ``devices_per_node`` processes each (``world_size`` is then their
+        product): several torchrun agents on this host acting as nodes, or a description to plan
+        for. Links between such nodes are this host's own, so the inter-node tier takes the
+        intra-node figures; the plan still keeps tensor parallelism within a node and shows
+        which groups cross one.
 
         If a cached hardware profile (``galvatron-fx profile``) with this machine's fingerprint for
         ``world_size`` exists in ``cache_dir`` (default ``$GFX_CACHE_DIR`` or
@@ -293,9 +312,28 @@ class Cluster:
         Otherwise conservative defaults are used (shared-memory gloo: 50 µs latency, 1 GB/s bus
         bandwidth, 20 GFLOP/s per process, slowdown 1.5) and an INFO log line says so.
         """
+        if nodes < 1:
+            raise ConfigError(f"nodes must be >= 1, got {nodes}")
+        if world_size is None:
+            if devices_per_node is None:
+                raise ConfigError("local_cpu needs world_size, or nodes= and devices_per_node=")
+            world_size = nodes * devices_per_node
         if world_size < 1:
             raise ConfigError(f"world_size must be >= 1, got {world_size}")
         limits.DEGREE.check(world_size, "world_size")
+        if world_size % nodes or (devices_per_node is not None and devices_per_node * nodes != world_size):
+            raise ConfigError(f"local_cpu: {world_size} processes do not split into {nodes} nodes"
+                              + (f" of {devices_per_node}" if devices_per_node is not None else "")
+                              + "; pass nodes= and devices_per_node= whose product is the world size")
+        one = cls._local_cpu_one_node(world_size, cache_dir)
+        if nodes == 1:
+            return one
+        return dataclasses.replace(one, name=f"{one.name}-{nodes}x{world_size // nodes}", num_nodes=nodes,
+                                   devices_per_node=world_size // nodes, node_kinds=one.node_kinds * nodes,
+                                   inter_node=dataclasses.replace(one.intra_node, name=TierName.INTER_NODE))
+
+    @classmethod
+    def _local_cpu_one_node(cls, world_size: int, cache_dir) -> Cluster:
         fp = local_fingerprint(world_size)
         path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
         if path.exists():

@@ -145,6 +145,13 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
 
 
+def _report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", type=Path, metavar="PLAN.json", help="a saved plan (galvatron-fx plan --out, plan.save)")
+    p.add_argument("--run", type=Path, default=None, metavar="DIR",
+                   help="a training run's --out directory (report.json, metrics.jsonl): predicted vs measured")
+    p.add_argument("--out", type=Path, required=True, metavar="R.html", help="the HTML file to write")
+
+
 # name -> (help, add_arguments, "module:function" that runs it)
 COMMANDS = {
     "inspect": ("capture a model and show its layers, kinds and costs (tables, JSON, DOT)", _inspect,
@@ -159,4 +166,6 @@ COMMANDS = {
               _train, "galvatron_fx.train_cli:run_cli"),
     "export": ("write a checkpoint's trained weights as safetensors or a Hugging Face directory", _export,
                "galvatron_fx.runtime.weights:run_cli"),
+    "report": ("write a plan (and a training run's measurements) as one self-contained HTML page", _report,
+               "galvatron_fx.report_html:run_cli"),
 }

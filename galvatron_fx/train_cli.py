@@ -14,8 +14,9 @@ cached hardware profile if any: the default on CPU), a preset or a cluster JSON.
 
 Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, tokens/s,
 step time, peak CUDA memory allocated — null on CPU —, MFU: the captured graph's FLOPs over the
-step time and the plan's cluster peak); ``<out>/plan.json`` is the plan run
-and ``<out>/report.json`` the predicted against measured summary. ``checkpoint_dir`` saves every
+step time and the plan's cluster peak); ``<out>/plan.json`` is the plan run,
+``<out>/report.json`` the predicted against measured summary and ``<out>/report.html`` the plan and
+the run as one page (:mod:`galvatron_fx.report_html`). ``checkpoint_dir`` saves every
 ``checkpoint_every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
 from a checkpoint already there.
 """
@@ -167,7 +168,6 @@ def run_cli(args: argparse.Namespace) -> int:
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
-        print(plan.explain().splitlines()[0], file=sys.stderr)
         print(f"training {source.name} for {run['steps']} steps on {world} processes; metrics in "
               f"{out / 'metrics.jsonl'}", file=sys.stderr)
     opt = (torch.optim.AdamW if run["optimizer"] == "adamw" else torch.optim.SGD)(pm.parameters(), lr=run["lr"])
@@ -216,9 +216,11 @@ def run_cli(args: argparse.Namespace) -> int:
     if rank == 0 and times:
         measured = statistics.median(times[min(3, len(times) - 1):])
         report = {"model": source.name, "world_size": world, "steps": run["steps"],
-                  "predicted": {"step_s": plan.predicted.step_time_s, "peak_bytes": max(plan.predicted.peak_memory_bytes)},
-                  "measured": {"step_s": measured}}
+                  "predicted": {"step_time_s": plan.predicted.step_time_s,
+                                "peak_memory_bytes": max(plan.predicted.peak_memory_bytes)},
+                  "measured": {"step_time_s": measured, "timed_steps": len(times[min(3, len(times) - 1):])}}
         (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        plan.report(out / "report.html", run=out)
         print(f"step time predicted {plan.predicted.step_time_s * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
               f"(median); wrote {out}/", file=sys.stderr)
     dist.destroy_process_group()

@@ -315,6 +315,14 @@ class ParallelPlan:
         """
         return plan_report.explain(self, layer, alternative)
 
+    def report(self, path: str | os.PathLike, run: str | os.PathLike | None = None) -> Path:
+        """Write this plan as one self-contained HTML page (strategy per layer, memory per rank,
+        pipeline timeline, communication per group); ``run``: a training run's directory, for
+        predicted against measured. See :mod:`galvatron_fx.report_html`."""
+        from galvatron_fx import report_html
+
+        return report_html.write(self, path, run)
+
 
 # ---- hashes ---------------------------------------------------------------------------------
 

@@ -42,19 +42,27 @@ class LayerPrediction:
     transition_s: float = 0.0
     memory_bytes: int = 0
     memory_breakdown: dict[str, int] = field(default_factory=dict)
+    # the optimizer step over this layer's parameter shards, per step
+    optimizer_s: float = 0.0
+    # what the search held this layer's stage to the budget with this choice in place: every
+    # layer's parameters, gradients, optimizer state and held activations, plus the largest
+    # temporary (None in plans written before it was recorded)
+    stage_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory_breakdown", dict(self.memory_breakdown))
 
     @property
     def total_s(self) -> float:
-        """Time this layer adds to the step: fwd + bwd + exposed comm + transition."""
-        return self.fwd_s + self.bwd_s + self.comm_s + self.transition_s
+        """Time this layer adds to the step: fwd + bwd + exposed comm + transition + optimizer."""
+        return self.fwd_s + self.bwd_s + self.comm_s + self.transition_s + self.optimizer_s
 
     def to_dict(self) -> dict:
         return {"fwd_s": self.fwd_s, "bwd_s": self.bwd_s, "comm_s": self.comm_s,
                 "transition_s": self.transition_s, "memory_bytes": self.memory_bytes,
-                "memory_breakdown": dict(self.memory_breakdown)}
+                "memory_breakdown": dict(self.memory_breakdown),
+                **({"optimizer_s": self.optimizer_s} if self.optimizer_s else {}),
+                **({"stage_bytes": self.stage_bytes} if self.stage_bytes is not None else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,10 +74,14 @@ class Alternative:
     predicted: LayerPrediction
     reason: str
     layout: str = ""  # the tp layouts it takes and hands on ("in S(2), out R"), where they differ by option
+    # resharding its output into the next layer's chosen layout, per step (its predicted
+    # transition_s is the resharding into it from the previous layer's chosen layout)
+    transition_out_s: float = 0.0
 
     def to_dict(self) -> dict:
         d = {"strategy": self.strategy.to_dict(), "predicted": self.predicted.to_dict(), "reason": self.reason}
-        return d | ({"layout": self.layout} if self.layout else {})
+        return (d | ({"layout": self.layout} if self.layout else {})
+                | ({"transition_out_s": self.transition_out_s} if self.transition_out_s else {}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +97,7 @@ class LayerPlan:
     placements: dict[str, str] = field(default_factory=dict)
     predicted: LayerPrediction
     alternatives: tuple[Alternative, ...] = ()
-    # the collectives the search priced, per micro-batch: {"phase": "fwd" | "bwd" | "step", "op",
+    # the collectives the search priced, per micro-batch: {"phase": "fwd" | "bwd" | "step", "op", "axis": "tp" | "dp",
     # "group_size", "bytes"} ("step": once per step, in the stage's gradient buckets)
     collectives: tuple[dict, ...] = ()
 
@@ -123,6 +135,9 @@ class PlanPrediction:
     # context, communicator buffers and allocator reserve (cost_models.memory.reserved_bytes);
     # empty in plans written before it was predicted
     reserved_peak_bytes: tuple[int, ...] = ()
+    # what the search held each stage's tensors to: the budget less the runtime's fixed reserve
+    # (cost_models.memory.tensor_budget_bytes); None in plans written before it was recorded
+    tensor_budget_bytes: int | None = None
 
     @property
     def device_peak_bytes(self) -> tuple[int, ...]:
@@ -139,4 +154,5 @@ class PlanPrediction:
                 "peak_memory_bytes": list(self.peak_memory_bytes),
                 "memory_budget_bytes": self.memory_budget_bytes, "bubble_fraction": self.bubble_fraction,
                 "breakdown": dict(self.breakdown),
-                **({"reserved_peak_bytes": list(self.reserved_peak_bytes)} if self.reserved_peak_bytes else {})}
+                **({"reserved_peak_bytes": list(self.reserved_peak_bytes)} if self.reserved_peak_bytes else {}),
+                **({"tensor_budget_bytes": self.tensor_budget_bytes} if self.tensor_budget_bytes is not None else {})}

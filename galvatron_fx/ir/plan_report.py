@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.fmt import fmt_bytes, format_table
-from galvatron_fx.ir.plan_records import Alternative, LayerPlan
+from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction
 from galvatron_fx.ir.strategy import LayerStrategy
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def diff_dict(plan: ParallelPlan, other: ParallelPlan) -> dict:
     if removed:
         out["removed_layers"] = removed
     pa, pb = a["predicted"], b["predicted"]
-    pred = {k: [pa[k], pb[k]] for k in pa if pa[k] != pb[k]}
+    pred = {k: [pa.get(k), pb.get(k)] for k in {**pa, **pb} if pa.get(k) != pb.get(k)}
     if pred:
         out["predicted"] = pred
     if a["baseline"] != b["baseline"]:
@@ -98,7 +98,7 @@ def diff(plan: ParallelPlan, other: ParallelPlan) -> str:
         return "plans are identical"
     lines = [f"plan {plan.model} {plan.plan_hash()[:8]} -> {other.model} {other.plan_hash()[:8]}"]
     for k, (old, new) in d.get("plan", {}).items():
-        lines.append(f"  {k}: {_short_value(old)} -> {_short_value(new)}")
+        lines.append(f"  {k}: {_human(k, old)} -> {_human(k, new)}")
     if "layers" in d:
         lines.append(f"layers ({len(d['layers'])} changed of {len(plan.layers)}):")
         rows = []
@@ -136,10 +136,15 @@ def diff(plan: ParallelPlan, other: ParallelPlan) -> str:
                 if old != new:
                     lines.append(f"  peak memory stage {s}: {_opt_bytes(old)} -> {_opt_bytes(new)}"
                                  + (f" ({_signed_bytes(new - old)})" if old is not None and new is not None else ""))
-        for k in ("memory_budget_bytes", "bubble_fraction", "breakdown"):
-            if k in d["predicted"]:
-                old, new = d["predicted"][k]
-                lines.append(f"  {k}: {_short_value(old)} -> {_short_value(new)}")
+        for k, (old, new) in d["predicted"].items():
+            if k in ("step_time_s", "throughput_samples_s", "peak_memory_bytes"):
+                continue
+            if k == "breakdown" and isinstance(old, dict) and isinstance(new, dict):
+                parts = [f"{n} {_ms(old.get(n, 0.0))} -> {_ms(new.get(n, 0.0))}" for n in {**old, **new}
+                         if old.get(n) != new.get(n)]
+                lines.append("  step breakdown: " + ", ".join(parts))
+            else:
+                lines.append(f"  {k.replace('_', ' ')}: {_human(k, old)} -> {_human(k, new)}")
     return "\n".join(lines)
 
 
@@ -235,40 +240,94 @@ def _explain_plan(plan: ParallelPlan) -> str:
     return "\n".join(out)
 
 
+_TIE_S = 1e-9
+TEMP_STEPS = 32  # the search's layer DP holds temporaries in steps of budget / TEMP_STEPS (planner.py)
+
+
+def verdict(chosen: LayerPrediction, chosen_out_s: float, alt: LayerPrediction, alt_out_s: float,
+            budget: int | None) -> str:
+    """Why an alternative lost, from the numbers ``explain`` prints: the memory its stage would
+    hold against the ``budget`` the search holds stages to, then its time with resharding in and
+    out of the chosen neighbours' layouts (``*_out_s``) against the chosen one's."""
+    if alt.stage_bytes is not None and budget is not None and alt.stage_bytes > budget:
+        return (f"does not fit: its stage would hold {fmt_bytes(alt.stage_bytes)}, "
+                f"{fmt_bytes(alt.stage_bytes - budget)} over the {fmt_bytes(budget)} the search holds it to")
+    dt = (alt.total_s + alt_out_s) - (chosen.total_s + chosen_out_s)
+    own = (alt.total_s - alt.transition_s) - (chosen.total_s - chosen.transition_s)
+    reshard = (alt.transition_s + alt_out_s) - (chosen.transition_s + chosen_out_s)
+    if dt > _TIE_S:
+        if own <= _TIE_S:
+            return (f"{_signed_ms(own)} by itself, but resharding to its neighbours' layouts costs "
+                    f"{_signed_ms(reshard)}: {_signed_ms(dt)} per step")
+        return f"{_signed_ms(dt)} per step"
+    if dt >= -_TIE_S:
+        return "as fast as the chosen one (a tie: the search kept the one it found first)"
+    if alt.stage_bytes is not None and budget is not None and budget - alt.stage_bytes < budget / TEMP_STEPS:
+        return (f"{_signed_ms(dt)} per step, but its stage would be only {fmt_bytes(budget - alt.stage_bytes)} under "
+                f"the budget: the search rounds temporaries up to 1/{TEMP_STEPS} of it and counted it over")
+    return f"{_signed_ms(dt)} per step, yet not taken (a whole-pipeline pass after the layer search chose otherwise)"
+
+
+def _out_s(plan: ParallelPlan, lp: LayerPlan) -> float:
+    """Resharding out of ``lp``'s chosen layout into the next layer's, per step: the next
+    layer's transition where it follows in the same chunk, else 0."""
+    i = plan.layers.index(lp)
+    same_chunk = any(i in rng and i + 1 in rng for rng in plan.chunk_layers())
+    return plan.layers[i + 1].predicted.transition_s if same_chunk else 0.0
+
+
 def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrategy | None) -> str:
     lp = plan.layer(name)
     alts = list(lp.alternatives)
     if alternative is not None:
         alts = [_find_alternative(lp, alternative)]
     budget = plan.predicted.memory_budget_bytes
+    held = plan.predicted.tensor_budget_bytes
     ranks = plan.stage_ranks[lp.stage]
     out = [
         f"layer {lp.name} ({lp.role}, kind {lp.kind[:12]}), stage {lp.stage} on ranks {_ranks(ranks)}",
-        f"chosen: {lp.strategy.short()} (dp{lp.dp} × tp{lp.strategy.tp}); memory budget {fmt_bytes(budget)} per rank",
+        f"chosen: {lp.strategy.short()} (dp{lp.dp} × tp{lp.strategy.tp}); memory budget {fmt_bytes(budget)} per rank"
+        + (f", of which the search holds each stage's tensors to {fmt_bytes(held)} (the rest: the runtime's "
+           "context, communicator buffers and allocator reserve)" if held is not None else ""),
     ]
     if not lp.alternatives:
         out.append("no alternatives were recorded for this layer (the search kept none, or it had no choice)")
-    cols = [("chosen " + lp.strategy.short(), lp.predicted, "chosen")]
+    out_chosen = _out_s(plan, lp)
+    cols = [("chosen " + lp.strategy.short(), lp.predicted, out_chosen, "chosen")]
     labels = [lp.strategy.short()] + [a.strategy.short() for a in alts]
     # one strategy at two boundary layouts (a head handing on whole or vocab-sharded logits)
-    cols += [(a.strategy.short() + (f" ({a.layout})" if a.layout and labels.count(a.strategy.short()) > 1 else ""),
-              a.predicted, a.reason) for a in alts]
+    for a in alts:
+        why = a.reason
+        if a.predicted.stage_bytes is not None:  # recorded: the verdict of the numbers printed
+            why = verdict(lp.predicted, out_chosen, a.predicted, a.transition_out_s, held)
+        cols.append((a.strategy.short() + (f" ({a.layout})" if a.layout and labels.count(a.strategy.short()) > 1
+                                           else ""), a.predicted, a.transition_out_s, why))
     keys = []
-    for _, pr, _ in cols:
+    for _, pr, _, _ in cols:
         keys += [k for k in pr.memory_breakdown if k not in keys]
+    total0 = lp.predicted.total_s + out_chosen
     rows = [
-        ["fwd ms"] + [f"{pr.fwd_s * 1e3:.2f}" for _, pr, _ in cols],
-        ["bwd ms"] + [f"{pr.bwd_s * 1e3:.2f}" for _, pr, _ in cols],
-        ["comm ms"] + [f"{pr.comm_s * 1e3:.2f}" for _, pr, _ in cols],
-        ["transition ms"] + [f"{pr.transition_s * 1e3:.2f}" for _, pr, _ in cols],
-        ["total ms/step"] + [f"{pr.total_s * 1e3:.2f}" for _, pr, _ in cols],
-        ["vs chosen"] + [_signed_ms(pr.total_s - lp.predicted.total_s) if i else "" for i, (_, pr, _) in enumerate(cols)],
-        ["memory/rank"] + [fmt_bytes(pr.memory_bytes) for _, pr, _ in cols],
+        ["fwd ms"] + [f"{pr.fwd_s * 1e3:.2f}" for _, pr, _, _ in cols],
+        ["bwd ms"] + [f"{pr.bwd_s * 1e3:.2f}" for _, pr, _, _ in cols],
+        ["comm ms"] + [f"{pr.comm_s * 1e3:.2f}" for _, pr, _, _ in cols],
+        ["optimizer ms"] + [f"{pr.optimizer_s * 1e3:.2f}" for _, pr, _, _ in cols],
+        ["reshard in ms"] + [f"{pr.transition_s * 1e3:.2f}" for _, pr, _, _ in cols],
+        ["reshard out ms"] + [f"{o * 1e3:.2f}" for _, _, o, _ in cols],
+        ["total ms/step"] + [f"{(pr.total_s + o) * 1e3:.2f}" for _, pr, o, _ in cols],
+        ["vs chosen"] + [_signed_ms(pr.total_s + o - total0) if i else "" for i, (_, pr, o, _) in enumerate(cols)],
+        ["memory/rank"] + [fmt_bytes(pr.memory_bytes) for _, pr, _, _ in cols],
     ]
     rows += [[f"  {k}"] + [fmt_bytes(pr.memory_breakdown[k]) if k in pr.memory_breakdown else "-"
-                           for _, pr, _ in cols] for k in keys]
-    rows.append(["why"] + [r for _, _, r in cols])
-    out += ["", format_table([""] + [c for c, _, _ in cols], rows, align="l" + "r" * len(cols))]
+                           for _, pr, _, _ in cols] for k in keys]
+    if any(pr.stage_bytes is not None for _, pr, _, _ in cols):
+        rows.append(["stage holds"] + [fmt_bytes(pr.stage_bytes) if pr.stage_bytes is not None else "-"
+                                       for _, pr, _, _ in cols])
+    out += ["", format_table([""] + [c for c, _, _, _ in cols], rows, align="l" + "r" * len(cols))]
+    if len(cols) > 1:
+        out += ["", "why not:"] + [f"  {c}: {r}" for c, _, _, r in cols[1:]]
+    out.append("(reshard in/out: moving activations from the previous layer's chosen layout and into the next "
+               "one's; stage holds: every layer's parameters, gradients, optimizer state and held activations "
+               "on a rank of the stage, plus its largest temporary, with that choice in place)")
     if lp.placements:
         shown = list(lp.placements.items())[:12]
         more = len(lp.placements) - len(shown)
@@ -337,6 +396,22 @@ def _opt_bytes(b: int | None) -> str:
 
 def _pct(x: float, budget: float) -> str:
     return f"{x / budget * 100:.0f}%" if budget else "-"
+
+
+def _human(key: str, v: Any) -> str:
+    """A field's value in the units a person reads: bytes in KiB/MiB/GiB, seconds in ms or s,
+    fractions in %, a baseline by name and step time."""
+    if v is None:
+        return "-"
+    if key.endswith("_bytes"):
+        return " / ".join(fmt_bytes(int(x)) for x in v) if isinstance(v, list) else fmt_bytes(int(v))
+    if key.endswith("_s") and isinstance(v, (int, float)):
+        return _ms(float(v))
+    if key.endswith("_fraction") and isinstance(v, (int, float)):
+        return f"{v:.1%}"
+    if key == "baseline" and isinstance(v, dict):
+        return f"{v.get('name')} ({_ms(float(v.get('step_time_s', 0.0)))})"
+    return _short_value(v)
 
 
 def _short_value(v: Any) -> str:

@@ -204,7 +204,7 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
 
 def _check_prediction(p: LayerPrediction, at: str) -> list[tuple[str, str]]:
     pr = []
-    for f in ("fwd_s", "bwd_s", "comm_s", "transition_s"):
+    for f in ("fwd_s", "bwd_s", "comm_s", "transition_s", "optimizer_s"):
         v = getattr(p, f)
         if not _is_num(v) or v < 0:
             pr.append((f"{at}.{f}", f"must be a finite number >= 0, got {v!r}"))
@@ -329,8 +329,11 @@ def _parse_strategy(v: Any, at: str) -> LayerStrategy:
 
 
 def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
-    d = _obj(v, at, _LPRED_KEYS)
+    d = _obj(v, at, _LPRED_KEYS, optional=("optimizer_s", "stage_bytes"))
     return LayerPrediction(
+        optimizer_s=_num(d.get("optimizer_s", 0.0), f"{at}.optimizer_s"),
+        stage_bytes=None if d.get("stage_bytes") is None else _int(d["stage_bytes"], f"{at}.stage_bytes", lo=0,
+                                                                   rng=limits.BYTES),
         fwd_s=_num(d["fwd_s"], f"{at}.fwd_s"), bwd_s=_num(d["bwd_s"], f"{at}.bwd_s"),
         comm_s=_num(d["comm_s"], f"{at}.comm_s"), transition_s=_num(d["transition_s"], f"{at}.transition_s"),
         memory_bytes=_int(d["memory_bytes"], f"{at}.memory_bytes", lo=0, rng=limits.BYTES),
@@ -340,11 +343,12 @@ def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
 
 
 def _parse_collective(v: Any, at: str) -> dict:
-    d = _obj(v, at, ("phase", "op", "group_size", "bytes"))
+    d = _obj(v, at, ("phase", "op", "group_size", "bytes"), optional=("axis",))
     return {"phase": _str(d["phase"], f"{at}.phase", ("fwd", "bwd", "step")),
             "op": _str(d["op"], f"{at}.op", ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
             "group_size": _int(d["group_size"], f"{at}.group_size", rng=limits.DEGREE),
-            "bytes": _int(d["bytes"], f"{at}.bytes", lo=0, rng=limits.BYTES)}
+            "bytes": _int(d["bytes"], f"{at}.bytes", lo=0, rng=limits.BYTES),
+            **({"axis": _str(d["axis"], f"{at}.axis", ("tp", "dp"))} if "axis" in d else {})}
 
 
 def _parse_layer(v: Any, at: str) -> LayerPlan:
@@ -352,11 +356,12 @@ def _parse_layer(v: Any, at: str) -> LayerPlan:
     alts = []
     for j, a in enumerate(_list(d["alternatives"], f"{at}.alternatives")):
         aat = f"{at}.alternatives[{j}]"
-        ad = _obj(a, aat, ("strategy", "predicted", "reason"), optional=("layout",))
+        ad = _obj(a, aat, ("strategy", "predicted", "reason"), optional=("layout", "transition_out_s"))
         alts.append(Alternative(strategy=_parse_strategy(ad["strategy"], f"{aat}.strategy"),
                                 predicted=_parse_layer_prediction(ad["predicted"], f"{aat}.predicted"),
                                 reason=_str(ad["reason"], f"{aat}.reason"),
-                                layout=_str(ad.get("layout", ""), f"{aat}.layout")))
+                                layout=_str(ad.get("layout", ""), f"{aat}.layout"),
+                                transition_out_s=_num(ad.get("transition_out_s", 0.0), f"{aat}.transition_out_s")))
     return LayerPlan(
         name=_str(d["name"], f"{at}.name"), kind=_str(d["kind"], f"{at}.kind"),
         role=LayerRole(_str(d["role"], f"{at}.role", tuple(LayerRole))),
@@ -379,7 +384,7 @@ def _parse_plan(data: Any) -> dict[str, Any]:
     for key in _OPTIONAL_TOP_KEYS:
         if d.get(key) is not None and not isinstance(d[key], dict):
             raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
-    pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes",))
+    pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes", "tensor_budget_bytes"))
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
@@ -417,6 +422,8 @@ def _parse_plan(data: Any) -> dict[str, Any]:
             reserved_peak_bytes=tuple(
                 _int(x, f"predicted.reserved_peak_bytes[{s}]", lo=0, rng=limits.BYTES)
                 for s, x in enumerate(_list(pd.get("reserved_peak_bytes", []), "predicted.reserved_peak_bytes"))),
+            tensor_budget_bytes=None if pd.get("tensor_budget_bytes") is None else _int(
+                pd["tensor_budget_bytes"], "predicted.tensor_budget_bytes", lo=0, rng=limits.BYTES),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,

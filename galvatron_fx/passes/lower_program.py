@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +61,7 @@ from galvatron_fx.passes.split_stages import split_stages_pass
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "lower", "lower_layer"]
+__all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "init_stand_in_group", "lower", "lower_layer"]
 
 LAYER_PASSES = (apply_placements_pass, partition_graphs_pass, clean_up_graphs_pass, hoist_saved_collectives_pass,
                 fold_input_reductions_pass, schedule_collectives_pass, mark_recompute_pass)
@@ -68,6 +69,29 @@ PROGRAM_PASSES = (bucket_gradients_pass, split_stages_pass)
 
 _FAKE_MESHES: dict[tuple[int, int], object] = {}
 _FAKE_WORLD = 1 << 16
+
+
+class _StandInNoise(logging.Filter):
+    """Drops DTensor's CPU-alltoall note while the process group is the stand-in one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import torch.distributed as dist
+
+        return not (dist.is_initialized() and dist.get_backend() == "fake" and "alltoall" in record.getMessage())
+
+
+def init_stand_in_group() -> None:
+    """This process's stand-in ("fake") process group of ``2**16`` ranks, for laying layers out
+    with no real peers (planning, lowering without meshes). Its errors are not a rank's: torch's
+    ``[rank0]:`` prefix on every traceback line is undone, and DTensor's note that CPU groups
+    lack alltoall (about real ones) is dropped."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    hook = sys.excepthook
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=_FAKE_WORLD)
+    sys.excepthook = hook
+    logging.getLogger("torch.distributed.tensor._collective_utils").addFilter(_StandInNoise())
 
 
 def fake_mesh(dp: int, tp: int):
@@ -78,9 +102,7 @@ def fake_mesh(dp: int, tp: int):
     if (dp, tp) in _FAKE_MESHES:
         return _FAKE_MESHES[(dp, tp)]
     if not dist.is_initialized():
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=_FAKE_WORLD)
+        init_stand_in_group()
     elif dist.get_backend() != "fake":
         raise PlanError("lowering without meshes needs a process with no process group (it makes a stand-in "
                         "one); in a distributed job, pass mesh_of=, or let galvatron_fx.compile() lower")

@@ -29,6 +29,7 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.memory import LayerMemory, reserved_bytes, stage_peak_bytes, tensor_budget_bytes
 from galvatron_fx.fmt import fmt_bytes
+from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import (
     Alternative,
@@ -54,6 +55,9 @@ class _StageResult:
     in_flight: int
     all_choices: list[list[LayerChoice]]
     min_mem_bytes: int
+    # the chain's transition matrices (trans[j][a, b]: all_choices[j-1][a] -> all_choices[j][b],
+    # per step; trans[0] None), where the stage was solved as a chain
+    trans: list | None = None
 
 
 @dataclass
@@ -90,11 +94,14 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                 for r in range(best.pp)]
     for c, st in enumerate(best.stages):
         stage_mem = searched[c % best.pp]
+        on_rank = [x for ch in best.stages[c % best.pp::best.pp] for x in ch.choices]
+        offset = sum(len(ch.choices) for ch in best.stages[c % best.pp:c:best.pp])  # this chunk's first
         for j, i in enumerate(st.layers):
             layer = mg.layers[i]
             x = st.choices[j]
-            pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes)
-            alts = _alternatives(st, j, best.m, tensor_budget, stage_mem)
+            pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes,
+                               stage_bytes=stage_mem)
+            alts = _alternatives(st, j, best.m, tensor_budget, stage_mem, on_rank, offset + j)
             layer_plans.append(LayerPlan(
                 name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
                 placements=dict(x.option.placements) if x.option is not None else {},
@@ -112,7 +119,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         predicted=PlanPrediction(step_time_s=best.step_time_s,
                                  throughput_samples_s=samples * best.m / best.step_time_s,
                                  peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
-                                 reserved_peak_bytes=tuple(reserved),
+                                 reserved_peak_bytes=tuple(reserved), tensor_budget_bytes=tensor_budget,
                                  bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
         solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, budget)),
     )
@@ -182,32 +189,55 @@ def shared_tied_memory(mg: ModelGraph, cm: CostModel, stage) -> list[LayerMemory
     return mems
 
 
-def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_here: int) -> LayerPrediction:
+def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_here: int,
+                stage_bytes: int | None = None) -> LayerPrediction:
     mem = c.memory
     breakdown = {"params": mem.param_bytes + mem.unsharded_param_bytes, "grads": mem.grad_bytes,
                  "optimizer": mem.optimizer_bytes, "activations": in_flight * mem.activation_bytes,
                  "temp": temp_here}
     return LayerPrediction(fwd_s=m * c.fwd_s, bwd_s=m * c.bwd_s, comm_s=m * c.tp_comm_s + c.dp_comm_s,
                            transition_s=trans_s, memory_bytes=sum(breakdown.values()),
-                           memory_breakdown=breakdown)
+                           memory_breakdown=breakdown, optimizer_s=c.optim_s, stage_bytes=stage_bytes)
 
 
-def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int, k: int = 3) -> list[Alternative]:
+def _transitions(st: _StageResult, j: int, c: LayerChoice) -> tuple[float, float]:
+    """Per-step resharding into choice ``c`` of layer ``j`` from the previous layer's chosen
+    layout and out of it into the next one's (0 at the stage's ends, or where unknown)."""
+    if st.trans is None:
+        return 0.0, 0.0
+
+    def at(mat, a, b) -> float:
+        try:
+            return float(mat[next(k for k, x in enumerate(st.all_choices[a[0]]) if x is a[1]),
+                             next(k for k, x in enumerate(st.all_choices[b[0]]) if x is b[1])])
+        except StopIteration:  # a choice the chain did not hold (a flavour switched after the DP)
+            return 0.0
+
+    t_in = at(st.trans[j], (j - 1, st.choices[j - 1]), (j, c)) if j > 0 else 0.0
+    last = len(st.choices) - 1
+    t_out = at(st.trans[j + 1], (j, c), (j + 1, st.choices[j + 1])) if j < last else 0.0
+    return t_in, t_out
+
+
+def _alternatives(st: _StageResult, j: int, m: int, budget: int, stage_mem: int, on_rank: list[LayerChoice],
+                  pos: int, k: int = 3) -> list[Alternative]:
+    """The ``k`` fastest choices of layer ``j`` the search did not take, each priced with the
+    chosen neighbours (resharding in and out) and with the memory its stage would hold (``on_rank``:
+    the choices of every layer the stage's ranks run, this one at ``pos``), and
+    :func:`~galvatron_fx.ir.plan_report.verdict` of those numbers."""
     chosen = st.choices[j]
-    base_t = chosen.step_time_s(m)
-    base_m = chosen.mem_bytes(st.in_flight)
+    _, out_chosen = _transitions(st, j, chosen)
+    base = _prediction(chosen, m, st.in_flight, st.trans_s[j], chosen.memory.temp_bytes, stage_bytes=stage_mem)
     out = []
     others = sorted((c for c in st.all_choices[j] if c is not chosen), key=lambda c: c.step_time_s(m))
+    rest = on_rank[:pos] + on_rank[pos + 1:]
+    rest_bytes = sum(x.mem_bytes(st.in_flight) for x in rest)
+    rest_temp = max((x.memory.temp_bytes for x in rest), default=0)
     for c in others[:k]:
-        dt = c.step_time_s(m) - base_t
-        dm = c.mem_bytes(st.in_flight) - base_m
-        over = stage_mem + dm - budget
-        if over > 0:
-            reason = f"over the memory budget by {fmt_bytes(over)}"
-        elif dt > 0:
-            reason = f"+{dt * 1e3:.2f} ms per step"
-        else:
-            reason = "slower once resharding to its neighbours' layouts is paid"
-        out.append(Alternative(strategy=c.strategy, predicted=_prediction(c, m, st.in_flight, 0.0, c.memory.temp_bytes),
-                               reason=reason, layout=f"in {c.in_layout}, out {c.out_layout}"))
+        t_in, t_out = _transitions(st, j, c)
+        held = rest_bytes + c.mem_bytes(st.in_flight) + max(rest_temp, c.memory.temp_bytes)
+        pred = _prediction(c, m, st.in_flight, t_in, c.memory.temp_bytes, stage_bytes=held)
+        out.append(Alternative(strategy=c.strategy, predicted=pred,
+                               reason=verdict(base, out_chosen, pred, t_out, budget),
+                               layout=f"in {c.in_layout}, out {c.out_layout}", transition_out_s=t_out))
     return out

@@ -412,7 +412,7 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                                else e.nbytes, 0.0, per_sample=False) for e in cache.dp_events(layer)] if dp > 1 else []
         tp_comm += _comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
                            compute_s={"fwd": fwd_s, "bwd": bwd_s}) if dp_events else 0.0
-        tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE)
+        tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE, axis="dp")
         for dpt in space.dp_types:
             if dp == 1 and dpt != DPType.DDP:
                 continue

@@ -107,19 +107,20 @@ def dp_collectives(mg: ModelGraph, layer: LayerInfo, *, decomposed: DecomposedLa
 
 # ---- the records a priced choice keeps (LayerPlan.collectives) ----------------------------------
 
-def _record(phase: str, op: str, group_size: int, nbytes: int) -> dict:
-    return {"phase": phase, "op": str(op), "group_size": int(group_size), "bytes": int(nbytes)}
+def _record(phase: str, op: str, group_size: int, nbytes: int, axis: str) -> dict:
+    return {"phase": phase, "op": str(op), "group_size": int(group_size), "bytes": int(nbytes), "axis": axis}
 
 
-def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool) -> tuple[dict, ...]:
+def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str = "tp") -> tuple[dict, ...]:
     """The tensor-parallel collectives priced per micro-batch (see :func:`galvatron_fx.search.candidates._comm_s`); a
-    recomputed forward's again, in backward."""
+    recomputed forward's again, in backward; ``axis``: the mesh axis they run on (a loss's own
+    data-parallel reductions: ``"dp"``)."""
     out = []
     for e in events:
         nbytes = int(e.nbytes * frac) if e.per_sample else e.nbytes
-        out.append(_record(e.direction, e.collective, tp, nbytes))
+        out.append(_record(e.direction, e.collective, tp, nbytes, axis))
         if again_fwd and e.direction == "fwd":
-            out.append(_record("bwd", e.collective, tp, nbytes))
+            out.append(_record("bwd", e.collective, tp, nbytes, axis))
     return tuple(out)
 
 
@@ -129,11 +130,11 @@ def dp_collective_records(dpt: DPType, dp: int, gather_bytes: int, reduce_bytes:
     if dp <= 1:
         return ()
     if dpt == DPType.DDP:
-        return (_record("step", "all_reduce", dp, grad_bytes),) if grad_bytes else ()
+        return (_record("step", "all_reduce", dp, grad_bytes, "dp"),) if grad_bytes else ()
     if not gather_bytes:
         return ()
-    out = [_record("fwd", "all_gather", dp, gather_bytes)]
+    out = [_record("fwd", "all_gather", dp, gather_bytes, "dp")]
     if dpt == DPType.ZERO3:
-        out.append(_record("bwd", "all_gather", dp, gather_bytes))
-    out.append(_record("bwd", "reduce_scatter", dp, reduce_bytes))
+        out.append(_record("bwd", "all_gather", dp, gather_bytes, "dp"))
+    out.append(_record("bwd", "reduce_scatter", dp, reduce_bytes, "dp"))
     return tuple(out)

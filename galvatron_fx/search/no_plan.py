@@ -40,7 +40,13 @@ def _why_none(search: _Search, points: list) -> str:
     if search.rejected and not math.isfinite(search.smallest_need):
         return _indivisible(search)
     need = search.smallest_need
-    return (f"no plan fits in {fmt_bytes(search.budget)} per device"
+    if search.budget < search.device_budget:  # the device budget less the runtime's fixed reserve
+        where = (f"{fmt_bytes(search.budget)} of tensors per device (the {fmt_bytes(search.device_budget)} budget "
+                 "less the runtime's CUDA context, communicator buffers and allocator reserve"
+                 + ("; these alone take all of it: raise the budget" if search.budget <= 1 else "") + ")")
+    else:
+        where = f"{fmt_bytes(search.budget)} per device"
+    return (f"no plan fits in {where}"
             + (f": the smallest needs {fmt_bytes(need)}" if math.isfinite(need) else "")
             + "; allow recompute and sharded data parallelism (ZeRO-3), add devices or pipeline "
               "stages, or lower the global batch")

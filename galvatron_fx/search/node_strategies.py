@@ -235,9 +235,9 @@ def _mesh(tp: int):
     if tp in _MESHES:
         return _MESHES[tp]
     if not dist.is_initialized():
-        from torch.testing._internal.distributed.fake_pg import FakeStore
+        from galvatron_fx.passes.lower_program import init_stand_in_group
 
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1 << 16)
+        init_stand_in_group()
     if tp > dist.get_world_size():
         raise PlanError(f"tp={tp} is larger than the process group ({dist.get_world_size()} ranks)")
     mesh = DeviceMesh("cpu", torch.arange(tp), _init_backend=False)

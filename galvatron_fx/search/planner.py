@@ -45,6 +45,7 @@ import dataclasses
 import logging
 import math
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,6 +59,7 @@ from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.plan_report import TEMP_STEPS
 from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.progress import Progress
 from galvatron_fx.search.assemble_plan import _assemble, _Candidate, _StageResult
@@ -99,7 +101,7 @@ class _Search:
         # memory is compared at 1/1024 of the budget and temporary buffers rounded up to 1/32 of
         # it (conservative: a plan found is always within budget)
         self.mem_step = max(1, budget // 1024)
-        self.temp_step = max(1, budget // 32)
+        self.temp_step = max(1, budget // TEMP_STEPS)
         self.points = 0
         self.chain_solves = 0
         self.frontier_max = 0
@@ -164,7 +166,7 @@ class _Search:
             chosen = [all_choices[j][c] for j, c in enumerate(sol.choices)]
             tr = [0.0] + [float(trans[j][sol.choices[j - 1], sol.choices[j]]) for j in range(1, hi - lo)]
             res = _StageResult(range(lo, hi), chosen, tr, sol.time_s, sol.mem_bytes, in_flight, all_choices,
-                               sol.min_mem_bytes)
+                               sol.min_mem_bytes, trans)
         self._stage[key] = res
         return res
 
@@ -274,7 +276,7 @@ class _Search:
                     break
                 chunks.append(_StageResult(st.layers, new, st.trans_s,
                                            sum(c.step_time_s(cand.m) for c in new) + sum(st.trans_s), mem,
-                                           st.in_flight, st.all_choices, st.min_mem_bytes))
+                                           st.in_flight, st.all_choices, st.min_mem_bytes, st.trans))
             else:
                 if changed:
                     other = self._price(chunks, cand.pp, cand.m, cand.schedule, cand.samples)
@@ -521,7 +523,38 @@ def plan(
     stats = {"search_s": search_s, "points": s.points, "ilp_solves": s.cache.solves, "ilp_s": s.cache.solve_s,
              "chain_solves": s.chain_solves, "dp_frontier_max": s.frontier_max,
              "num_candidates": sum(len(v) for v in s._choices.values())}
-    return _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+    plan = _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+    unused = unused_requests(space, plan)
+    for msg in unused:
+        warnings.warn(msg, stacklevel=2)
+    return dataclasses.replace(plan, notes=plan.notes + tuple(unused)) if unused else plan
+
+
+def unused_requests(space: SearchSpace, plan: ParallelPlan) -> list[str]:
+    """A sentence per value the caller named in ``search`` (``tp``, ``pp``, ``num_microbatches``)
+    that ``plan`` does not use, and why: these are the values the search may take, not ones
+    it must."""
+    out = []
+    devices = plan.world_size // plan.pp
+    used = {"tp": {lp.strategy.tp for lp in plan.layers}, "pp": {plan.pp},
+            "num_microbatches": {plan.num_microbatches}}
+    for key in ("tp", "pp", "num_microbatches"):
+        asked = getattr(space, key)
+        if asked is None:
+            continue
+        missing = [v for v in asked if v not in used[key]]
+        if not missing or (key == "tp" and len(missing) < len(asked)):  # one of several tp degrees is use enough
+            continue
+        why = "the search found the plan it chose faster or the others did not fit"
+        if key == "tp" and all(v > devices for v in missing):
+            why = (f"its {plan.pp} pipeline stage(s) have {devices} device(s) each, fewer than tp {max(missing)} needs; "
+                   f"add pp=(1,) (or fewer stages) to keep tensor parallelism")
+        elif key == "tp" and plan.cluster and all(v > int(plan.cluster.get("devices_per_node", v)) for v in missing):
+            why = "tensor parallelism stays within a node, and a node has fewer devices"
+        out.append(f"search {key}={tuple(asked)} was asked for, but the plan uses {key} "
+                   f"{', '.join(map(str, sorted(used[key])))}: {why} (search values are what the search may use, "
+                   "not what it must)")
+    return out
 
 
 _MAX_BATCH_CANDIDATES = 256  # each candidate global batch is a whole search

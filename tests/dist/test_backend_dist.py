@@ -147,8 +147,29 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
 
     cache: dict = {}
     jobs = [(key, lambda key=key: _case(key, cache)) for key in CASES]
-    jobs += [("planned", lambda: _planned_case(cache, tmp)), ("errors", lambda: _errors_case(cache))]
+    jobs += [("planned", lambda: _planned_case(cache, tmp)), ("errors", lambda: _errors_case(cache)),
+             ("hosts", _hosts_case)]
     run_jobs(rank, tmp, jobs, only_env="GFX_BACKEND_ONLY")
+
+
+def _hosts_case() -> dict:
+    """compile()'s host check: two ranks on one node of the cluster but (as the check sees them)
+    on two hosts are warned about; as two one-rank nodes, or on one host, they are not."""
+    import torch.distributed as dist
+
+    import galvatron_fx as gfx
+    from galvatron_fx import host
+    from galvatron_fx.api import check_hosts
+
+    same = check_hosts(gfx.Cluster.local_cpu(2))
+    real = host.hostname
+    host.hostname = lambda: f"host{dist.get_rank()}"
+    try:
+        split = check_hosts(gfx.Cluster.local_cpu(2))
+        as_nodes = check_hosts(gfx.Cluster.local_cpu(nodes=2, devices_per_node=1))
+    finally:
+        host.hostname = real
+    return {"same": same, "split": split, "as_nodes": as_nodes}
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +224,9 @@ def test_errors_reach_every_rank(world2):
         assert r["no_cluster"].startswith("ConfigError") and "cluster" in r["no_cluster"], r["no_cluster"]
         assert r["other_world"].startswith("PlanError") and "world size 4" in r["other_world"], r["other_world"]
         assert r["batch"].startswith("ConfigError") and "whole global batch" in r["batch"], r["batch"]
+
+
+def test_ranks_of_one_node_on_two_hosts_are_warned_about(world2):
+    r = assert_ok(world2, "hosts")
+    assert r["same"] == [] and r["as_nodes"] == []
+    assert len(r["split"]) == 1 and "ranks 0-1 form node 0" in r["split"][0] and "host0, host1" in r["split"][0]

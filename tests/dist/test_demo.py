@@ -59,3 +59,5 @@ def test_report(demo) -> None:
     assert rep["plan"]["differs_from_unconstrained"], rep["plan"]
     assert rep["plan"]["budget_bytes"] < rep["plan"]["unconstrained"]["peak_memory_bytes"]
     assert (out / "plan.json").exists() and (out / "report.md").read_text().startswith("# gpt-tiny")
+    page = (out / "report.html").read_text()  # the page `make demo` leaves: plan and measurements
+    assert 'id="timeline"' in page and 'id="pvm"' in page and 'id="loss_chart"' in page

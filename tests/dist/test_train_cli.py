@@ -55,13 +55,18 @@ def test_train_resume_and_export(tmp_path):
     proc = _torchrun(tmp_path, "--config", "run.toml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "plan for" in proc.stderr and "in fp32" in proc.stderr
+    # compile() says what runs and on which figures, once (rank 0)
+    said = [l for l in proc.stderr.splitlines() if l.startswith("galvatron_fx: plan for")]
+    assert len(said) == 1 and "ms per step" in said[0] and "hardware: " in said[0], proc.stderr[-3000:]
     lines = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [l["step"] for l in lines] == [1, 2, 3, 4]
     assert {"loss", "tokens_per_s", "step_s", "memory_bytes", "mfu"} <= set(lines[0])
     assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the example batch
     assert all(l["tokens_per_s"] > 0 and 0 < l["mfu"] for l in lines)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["measured"]["step_s"] > 0 and report["predicted"]["step_s"] > 0
+    assert report["measured"]["step_time_s"] > 0 and report["predicted"]["step_time_s"] > 0
+    page = (tmp_path / "out" / "report.html").read_text()  # the run's page, its measurements in it
+    assert 'id="pvm"' in page and 'id="step_chart"' in page and 'id="loss_chart"' in page
     # a flag overrides the file: 2 more steps, resumed from the checkpoint at step 4
     proc = _torchrun(tmp_path, "--config", "run.toml", "--steps", "6")
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 
@@ -310,6 +311,21 @@ def test_diff_reports_pipeline_and_prediction_changes():
     assert "stage 1" not in text
 
 
+def test_diff_speaks_in_units():
+    a = make_plan()
+    b = make_plan(baseline={"name": "megatron-tp1", "step_time_s": 0.05},
+                  predicted=dataclasses.replace(a.predicted, memory_budget_bytes=16 * GiB, bubble_fraction=0.25,
+                                                breakdown={**a.predicted.breakdown, "compute": 0.0125},
+                                                tensor_budget_bytes=12 * GiB))
+    text = a.diff(b)
+    assert "memory budget bytes: 80.00 GiB -> 16.00 GiB" in text, text
+    assert "tensor budget bytes: - -> 12.00 GiB" in text
+    assert "bubble fraction:" in text and "-> 25.0%" in text
+    assert "step breakdown: compute " in text and "-> 12.50 ms" in text
+    assert "baseline:" in text and "megatron-tp1 (50.00 ms)" in text
+    assert not re.search(r"\d\.\d{4,}", text), text  # no raw JSON seconds
+
+
 # ---- explain ------------------------------------------------------------------------------------
 
 def test_explain_collapses_blocks_and_shows_layout_and_budget():
@@ -343,3 +359,22 @@ def test_explain_layer_shows_alternatives_and_why_they_lost():
         p.explain("blocks.1", "tp8·zero3")
     with pytest.raises(ConfigError, match="did you mean blocks.1"):
         p.explain("block.1")
+
+
+def test_verdicts_from_the_printed_numbers():
+    from galvatron_fx.ir.plan_report import verdict
+
+    def pred(fwd, trans=0.0, stage=None):
+        return LayerPrediction(fwd_s=fwd, bwd_s=0.0, transition_s=trans, stage_bytes=stage)
+
+    chosen = pred(0.010, 0.0, 100)
+    # faster, but its stage would not fit: the memory decides, with the printed figures
+    assert verdict(chosen, 0.0, pred(0.005, 0.0, 150), 0.0, 120) == (
+        "does not fit: its stage would hold 150 B, 30 B over the 120 B the search holds it to")
+    # faster by itself, slower once resharding in and out is paid
+    assert verdict(chosen, 0.0, pred(0.009, 0.001, 100), 0.001, 120) == (
+        "-1.00 ms by itself, but resharding to its neighbours' layouts costs +2.00 ms: +1.00 ms per step")
+    assert verdict(chosen, 0.0, pred(0.012, 0.0, 100), 0.0, 120) == "+2.00 ms per step"
+    assert "a tie" in verdict(chosen, 0.0, pred(0.010, 0.0, 100), 0.0, 120)
+    # the chosen one's resharding out counts on its side too
+    assert verdict(chosen, 0.003, pred(0.012, 0.0, 100), 0.0, 120).startswith("-1.00 ms per step")

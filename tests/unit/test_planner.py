@@ -92,7 +92,44 @@ def test_explain_reads_like_a_report(gpt2, rtx):
     assert "step time" in text and "budget" in text and "blocks.0" in text
     assert p.baseline is not None and "faster than" in text
     why = p.explain("blocks.3")
-    assert "chosen" in why and ("per step" in why or "over the memory budget" in why)
+    assert "chosen" in why and ("per step" in why or "does not fit" in why)
+
+
+@pytest.mark.parametrize("mem", [24, 7, 3])
+def test_every_verdict_follows_from_the_numbers_printed(gpt2, rtx, mem):
+    """An alternative "does not fit" exactly when the stage memory explain prints for it is over
+    the budget it prints; otherwise its printed total (resharding in and out included) is above
+    the chosen one's, and "by itself" appears exactly when it is faster before resharding."""
+    from galvatron_fx.ir.plan_report import TEMP_STEPS, _out_s
+
+    p = _plan(gpt2, rtx, mem)
+    budget = p.predicted.tensor_budget_bytes
+    seen = {"fit": 0, "slower": 0}
+    for lp in p.layers:
+        assert lp.predicted.stage_bytes is not None and lp.predicted.stage_bytes <= budget, lp.name
+        chosen = lp.predicted.total_s + _out_s(p, lp)
+        for a in lp.alternatives:
+            over = a.predicted.stage_bytes > budget
+            assert a.reason.startswith("does not fit") == over, (lp.name, a.reason)
+            if over:
+                seen["fit"] += 1
+                continue
+            dt = a.predicted.total_s + a.transition_out_s - chosen
+            own = (a.predicted.total_s - a.predicted.transition_s) - (lp.predicted.total_s - lp.predicted.transition_s)
+            if "a tie" in a.reason:
+                assert abs(dt) <= 1e-9
+                continue
+            if dt < 0:  # faster and fits by the printed numbers: only by less than the search's rounding
+                assert budget - a.predicted.stage_bytes < budget / TEMP_STEPS and "rounds temporaries" in a.reason
+                continue
+            assert dt > 0, (lp.name, a.strategy.short(), dt, a.reason)
+            seen["slower"] += 1
+            assert ("by itself" in a.reason) == (own <= 1e-9), (a.reason, own)
+            # the reason's figure is the printed difference
+            assert f"+{dt * 1e3:.2f} ms per step" in a.reason, (a.reason, dt)
+        assert f"{lp.strategy.short()}" in p.explain(lp.name)
+    if mem == 3:  # memory binds: some faster choice is refused for its memory
+        assert seen["fit"] > 0, seen
 
 
 def test_cli_plan_exit_codes(tmp_path, capsys):
@@ -250,3 +287,37 @@ def test_a_tp_cap_means_real_tensor_parallelism():
     for lp in tp2:
         params = [p for n, p in lp.placements.items() if p.startswith("->")]
         assert any("S(" in p for p in params) or lp.strategy.sp == "ulysses", (lp.name, params)
+
+
+def test_a_requested_value_the_plan_does_not_use_is_warned_about():
+    model, ex = zoo.build("gpt-tiny", batch_size=4, seq_len=32, device="meta")
+    mg = gfx.capture(model, ex)
+    cpu2 = gfx.Cluster.local_cpu(2)
+    with pytest.warns(UserWarning, match=r"search tp=\(2,\) was asked for, but the plan uses tp 1: its 2 pipeline "
+                                         r"stage\(s\) have 1 device\(s\) each.*add pp=\(1,\)") as rec:
+        p = gfx.plan(mg, cpu2, global_batch_size=4, baselines=False, search={"tp": (2,), "pp": (2,)})
+    assert p.pp == 2 and {lp.strategy.tp for lp in p.layers} == {1}
+    assert any("tp=(2,) was asked for" in n for n in p.notes)  # the plan keeps the reason
+    assert len([r for r in rec if "was asked for" in str(r.message)]) == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a value that is used: no warning
+        q = gfx.plan(mg, cpu2, global_batch_size=4, baselines=False, search={"tp": (2,), "pp": (1,)})
+    assert {lp.strategy.tp for lp in q.layers} == {2} and not q.notes
+
+
+def test_an_error_after_planning_in_one_process_is_not_a_ranks(tmp_path):
+    """Planning lays layers out on a stand-in process group; a later traceback in that process
+    must not read like a distributed crash (no ``[rank0]:`` on its lines, no alltoall note)."""
+    import subprocess
+    import sys
+
+    code = ("import galvatron_fx as gfx\nfrom galvatron_fx import zoo\n"
+            "m, ex = zoo.build('gpt-tiny', batch_size=4, seq_len=32, device='meta')\nmg = gfx.capture(m, ex)\n"
+            "p = gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=4, baselines=False, "
+            "search={'tp': (2,), 'pp': (1,)})\nassert {l.strategy.tp for l in p.layers} == {2}\n"
+            "gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=4, memory_budget=1000, baselines=False)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and "galvatron_fx.errors.PlanError: no plan fits" in proc.stderr, proc.stderr[-2000:]
+    assert "[rank0]" not in proc.stderr and "alltoall" not in proc.stderr, proc.stderr[-2000:]
