@@ -29,7 +29,6 @@ pipelined plan the first rank of each stage writes its stage's under ``stage<k>/
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -188,15 +187,15 @@ def check_hosts(cluster) -> list[str]:
 
     hosts: list = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, hostname())
-    per = getattr(cluster, "devices_per_node", None)
-    if not per:
-        return []
+    by_node: dict[int, list[int]] = {}
+    for r in range(len(hosts)):
+        by_node.setdefault(cluster.node_of(r), []).append(r)
+    per = cluster.devices_per_node
     problems = []
-    for node in range(math.ceil(len(hosts) / per)):
-        ranks = range(node * per, min((node + 1) * per, len(hosts)))
+    for node, ranks in by_node.items():
         seen = sorted({hosts[r] for r in ranks})
         if len(seen) > 1:
-            problems.append(f"ranks {ranks.start}-{ranks.stop - 1} form node {node} of cluster {cluster.name!r} but run "
+            problems.append(f"ranks {ranks[0]}-{ranks[-1]} form node {node} of cluster {cluster.name!r} but run "
                             f"on hosts {', '.join(seen)}: their groups are priced as intra-node links; launch "
                             f"{per} processes per host (torchrun --nproc-per-node {per}) or describe the cluster "
                             "as it is")
@@ -266,7 +265,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
         summary = (f"galvatron_fx: {plan.explain().splitlines()[0]}; predicted {plan.predicted.step_time_s * 1e3:.1f} "
                    f"ms per step, {max(plan.predicted.device_peak_bytes) / 2**20:.1f} MiB per device "
                    f"({'the plan given' if given else 'searched on rank 0'}); hardware: "
-                   f"{cluster.describe_source() if hasattr(cluster, 'describe_source') else cluster}")
+                   f"{cluster.describe_source()}")
         log.info(summary)
         print(summary, file=sys.stderr)
     if plan.world_size != world:  # every rank holds the same plan now: all raise, none waits

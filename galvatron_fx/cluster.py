@@ -38,7 +38,6 @@ from typing import Any
 from galvatron_fx import cluster_presets, limits
 from galvatron_fx.cluster_checks import check_keys, read_number, validate_cluster
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, host_memory_bytes, local_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -312,48 +311,9 @@ class Cluster:
         Otherwise conservative defaults are used (shared-memory gloo: 50 µs latency, 1 GB/s bus
         bandwidth, 20 GFLOP/s per process, slowdown 1.5) and an INFO log line says so.
         """
-        if nodes < 1:
-            raise ConfigError(f"nodes must be >= 1, got {nodes}")
-        if world_size is None:
-            if devices_per_node is None:
-                raise ConfigError("local_cpu needs world_size, or nodes= and devices_per_node=")
-            world_size = nodes * devices_per_node
-        if world_size < 1:
-            raise ConfigError(f"world_size must be >= 1, got {world_size}")
-        limits.DEGREE.check(world_size, "world_size")
-        if world_size % nodes or (devices_per_node is not None and devices_per_node * nodes != world_size):
-            raise ConfigError(f"local_cpu: {world_size} processes do not split into {nodes} nodes"
-                              + (f" of {devices_per_node}" if devices_per_node is not None else "")
-                              + "; pass nodes= and devices_per_node= whose product is the world size")
-        one = cls._local_cpu_one_node(world_size, cache_dir)
-        if nodes == 1:
-            return one
-        return dataclasses.replace(one, name=f"{one.name}-{nodes}x{world_size // nodes}", num_nodes=nodes,
-                                   devices_per_node=world_size // nodes, node_kinds=one.node_kinds * nodes,
-                                   inter_node=dataclasses.replace(one.intra_node, name=TierName.INTER_NODE))
+        from galvatron_fx.local_cluster import local_cpu
 
-    @classmethod
-    def _local_cpu_one_node(cls, world_size: int, cache_dir) -> Cluster:
-        fp = local_fingerprint(world_size)
-        path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
-        if path.exists():
-            try:
-                data = limits.load_json(path.read_text(), f"hardware profile {str(path)!r}")
-                cluster = _cluster_from_dict(data["cluster"])
-                if cluster.fingerprint == fp and cluster.world_size == world_size:
-                    logger.info("local_cpu: using cached hardware profile %s", path)
-                    return cluster
-                logger.warning("local_cpu: %s does not match this machine; using defaults", path)
-            except (ConfigError, KeyError, TypeError, OSError, UnicodeDecodeError) as e:
-                logger.warning("local_cpu: ignoring unreadable profile %s (%s); using defaults", path, e)
-        else:
-            logger.info(
-                "local_cpu: no cached profile for fingerprint %s; using conservative defaults "
-                "(run `torchrun --nproc-per-node %d -m galvatron_fx.cli profile` to measure)",
-                fp,
-                world_size,
-            )
-        return default_local_cpu(world_size, fingerprint=fp)
+        return local_cpu(world_size, nodes=nodes, devices_per_node=devices_per_node, cache_dir=cache_dir)
 
     def with_fits(
         self,
@@ -391,31 +351,6 @@ def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:
         raise ConfigError(f"{what} file {str(p)!r} does not exist; pass a path or a JSON string") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{what} file {str(p)!r} cannot be read: {e}") from None
-
-
-# -------------------------------------------------------------------- local defaults
-def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Cluster:
-    """Conservative defaults for gloo CPU processes on one host (no profile)."""
-    spec = DeviceSpec(
-        kind=f"cpu:{cpu_model()}"[:80],
-        memory_bytes=host_memory_bytes() // max(world_size, 1),
-        # a share of a few cores doing fp32 GEMM; bf16 on CPU is usually slower
-        peak_flops={"float32": 20e9, "bfloat16": 10e9, "float16": 5e9},
-        memory_bandwidth_bytes_s=10e9,
-    )
-    return Cluster(
-        name=f"local-cpu-{world_size}",
-        num_nodes=1,
-        devices_per_node=world_size,
-        device_specs={spec.kind: spec},
-        node_kinds=(spec.kind,),
-        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=50e-6, bandwidth_bytes_s=1e9),
-        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=100e-6, bandwidth_bytes_s=1.25e9),
-        overlap_slowdown=1.5,
-        backend="gloo",
-        all_to_all_via_all_gather=True,
-        fingerprint=fingerprint,
-    )
 
 
 # -------------------------------------------------------------------- presets

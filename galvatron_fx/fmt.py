@@ -28,3 +28,8 @@ def format_table(headers: list[str], rows: list[list[str]], align: str | None = 
         return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align))
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def fmt_seconds(s: float) -> str:
+    """``12.34 ms`` below 10 s, ``12.34 s`` above."""
+    return f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.2f} s"

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.fmt import fmt_bytes
+from galvatron_fx.fmt import fmt_bytes, fmt_seconds
+from galvatron_fx.ir.plan_report import layer_runs, run_name
 
 __all__ = ["group_ranks", "read_run", "render", "run_cli", "write"]
 
@@ -71,10 +72,6 @@ def _e(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.3f} s"
-
-
 def _strategy_label(lp) -> str:
     st = lp.strategy
     parts = [f"dp{lp.dp}", f"tp{st.tp}", st.dp_type]
@@ -108,22 +105,6 @@ def _group_text(plan, groups: list[list[int]]) -> tuple[str, bool]:
     return text, crosses
 
 
-def _runs(plan) -> list[list]:
-    """Consecutive layers of one kind, strategy and stage, each run drawn once."""
-    out: list[list] = []
-    for lp in plan.layers:
-        if out and (out[-1][0].kind, out[-1][0].strategy, out[-1][0].dp, out[-1][0].stage) == \
-                (lp.kind, lp.strategy, lp.dp, lp.stage):
-            out[-1].append(lp)
-        else:
-            out.append([lp])
-    return out
-
-
-def _run_name(run: list) -> str:
-    return run[0].name if len(run) == 1 else f"{run[0].name} … {run[-1].name} (×{len(run)})"
-
-
 # ---- sections ------------------------------------------------------------------------------
 
 
@@ -134,19 +115,19 @@ def _summary(plan) -> str:
                                                             if plan.virtual_stages > 1 else "")),
             ("batch", f"global {plan.global_batch_size}, {plan.num_microbatches} micro-batch(es) of "
                       f"{plan.micro_batch_size} per data-parallel rank"),
-            ("predicted step", _ms(p.step_time_s)),
+            ("predicted step", fmt_seconds(p.step_time_s)),
             ("throughput", f"{p.throughput_samples_s:.3g} samples/s"),
             ("peak memory per rank", " / ".join(fmt_bytes(b) for b in p.peak_memory_bytes)
              + f" (budget {fmt_bytes(p.memory_budget_bytes)})"),
             ("bubble", f"{p.bubble_fraction:.1%}")]
     if plan.baseline:
         b = plan.baseline
-        rows.append(("baseline", f"{b.get('name')}: {_ms(float(b['step_time_s']))} "
+        rows.append(("baseline", f"{b.get('name')}: {fmt_seconds(float(b['step_time_s']))} "
                                  f"({float(b['step_time_s']) / p.step_time_s:.2f}× this plan's step)"))
     if plan.solver_stats.get("search_s") is not None:
         rows.append(("search", f"{float(plan.solver_stats['search_s']):.1f} s"))
     if p.breakdown:
-        rows.append(("step breakdown", ", ".join(f"{k} {_ms(v)}" for k, v in p.breakdown.items())))
+        rows.append(("step breakdown", ", ".join(f"{k} {fmt_seconds(v)}" for k, v in p.breakdown.items())))
     body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
     notes = "".join(f"<li>{_e(n)}</li>" for n in plan.notes)
     return (f'<section id="summary"><h1>{_e(plan.model)}: plan on {plan.world_size} devices</h1>'
@@ -167,8 +148,8 @@ def _strategy_strip(plan) -> str:
     parts = []
     for i, lp in enumerate(plan.layers):
         pr = lp.predicted
-        tip = (f"{lp.name} ({lp.role})\n{_strategy_label(lp)}\nstage {lp.stage}\nforward {_ms(pr.fwd_s)}, backward "
-               f"{_ms(pr.bwd_s)}, comm {_ms(pr.comm_s)}, transition {_ms(pr.transition_s)}\nmemory "
+        tip = (f"{lp.name} ({lp.role})\n{_strategy_label(lp)}\nstage {lp.stage}\nforward {fmt_seconds(pr.fwd_s)}, backward "
+               f"{fmt_seconds(pr.bwd_s)}, comm {fmt_seconds(pr.comm_s)}, transition {fmt_seconds(pr.transition_s)}\nmemory "
                f"{fmt_bytes(pr.memory_bytes)} per rank")
         parts.append(f'<rect class="layer" x="{i * cell:.2f}" y="0" width="{max(cell - 1, 0.5):.2f}" height="{h}" '
                      f'fill="{labels[_strategy_label(lp)]}" data-tip="{_e(tip)}"><title>{_e(lp.name)}</title></rect>')
@@ -259,7 +240,7 @@ def _timeline(plan) -> str:
         if ev.chunk % 2:
             color = "#a0cbe8" if ev.kind == "F" else "#ffbe7d"
         tip = (f"stage {ev.rank}, chunk {ev.chunk}: {'forward' if ev.kind == 'F' else 'backward'} of micro-batch "
-               f"{ev.microbatch}\n{_ms(ev.start_s)} – {_ms(ev.end_s)}")
+               f"{ev.microbatch}\n{fmt_seconds(ev.start_s)} – {fmt_seconds(ev.end_s)}")
         parts.append(f'<rect class="op" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{color}" '
                      f'stroke="#fff" stroke-width="0.5" data-tip="{_e(tip)}"/>')
         if w > 14:
@@ -267,13 +248,13 @@ def _timeline(plan) -> str:
                          f'{ev.kind}{ev.microbatch}</text>')
     h = res.num_stages * (row_h + 6)
     parts.append(f'<text x="{left}" y="{h + 12}">0</text><text x="{width - 10}" y="{h + 12}" text-anchor="end">'
-                 f'{_e(_ms(t_end))}</text>')
+                 f'{_e(fmt_seconds(t_end))}</text>')
     return ('<section id="timeline"><h2>Pipeline timeline</h2><div class="cap">'
             f"One step of {_e(schedule)} with {plan.num_microbatches} micro-batch(es), simulated from each chunk's "
             "forward and backward time per micro-batch (the sums of its layers' predicted times per step over "
             f"{plan.num_microbatches}; communication, transitions and the "
-            f"optimizer are not drawn): {_e(_ms(t_end))} of compute span, idle {res.bubble_fraction:.1%} "
-            f"(the plan's whole step is {_e(_ms(plan.predicted.step_time_s))}). Blue: forward, orange: backward; "
+            f"optimizer are not drawn): {_e(fmt_seconds(t_end))} of compute span, idle {res.bubble_fraction:.1%} "
+            f"(the plan's whole step is {_e(fmt_seconds(plan.predicted.step_time_s))}). Blue: forward, orange: backward; "
             "lighter: a stage's second chunk. Gaps are the bubble.</div>"
             f'<svg width="{width}" height="{h + 18}" viewBox="0 0 {width} {h + 18}">{"".join(parts)}</svg>'
             "</section>")
@@ -297,7 +278,7 @@ def _axis(lp, c: dict) -> str:
 def _comm(plan) -> str:
     rows, bars = [], []
     per_group: dict[tuple, list] = {}
-    runs = _runs(plan)
+    runs = layer_runs(plan.layers)
     most = max((lp.predicted.comm_s for lp in plan.layers), default=0.0) or 1.0
     for run in runs:
         lp = run[0]
@@ -322,16 +303,16 @@ def _comm(plan) -> str:
             lines.append(f"{phase} {op} ×{count} on {ax} ({size}): {fmt_bytes(nbytes)}")
             g = tuple(tuple(x) for x in groups[ax]) if ax in groups else ()
             per_group.setdefault((ax, g), []).append(nbytes * len(run))
-        rows.append(f"<tr><td>{_e(_run_name(run))}</td><td>{_e(_strategy_label(lp))}</td><td>{cells['tp']}</td>"
+        rows.append(f"<tr><td>{_e(run_name(run))}</td><td>{_e(_strategy_label(lp))}</td><td>{cells['tp']}</td>"
                     f"<td>{cells['dp']}</td><td>{'<br>'.join(_e(x) for x in lines) or '—'}</td>"
-                    f'<td class="num">{_e(_ms(lp.predicted.comm_s))}</td>'
-                    f'<td class="num">{_e(_ms(lp.predicted.transition_s))}</td></tr>')
+                    f'<td class="num">{_e(fmt_seconds(lp.predicted.comm_s))}</td>'
+                    f'<td class="num">{_e(fmt_seconds(lp.predicted.transition_s))}</td></tr>')
     width, h = 1100, 60
     cell = width / max(len(plan.layers), 1)
     for i, lp in enumerate(plan.layers):
         bh = h * lp.predicted.comm_s / most
         bars.append(f'<rect class="comm" x="{i * cell:.2f}" y="{h - bh:.2f}" width="{max(cell - 1, 0.5):.2f}" '
-                    f'height="{bh:.2f}" fill="#76b7b2" data-tip="{_e(f"{lp.name}: comm {_ms(lp.predicted.comm_s)}")}"/>')
+                    f'height="{bh:.2f}" fill="#76b7b2" data-tip="{_e(f"{lp.name}: comm {fmt_seconds(lp.predicted.comm_s)}")}"/>')
     node = _node_of(plan)
     grows = []
     for (ax, g), sizes in sorted(per_group.items(), key=lambda kv: (kv[0][0], kv[0][1])):
@@ -346,7 +327,7 @@ def _comm(plan) -> str:
     per = (plan.cluster or {}).get("devices_per_node")
     return ('<section id="comm"><h2>Communication</h2><div class="cap">Per layer, the collectives the search '
             "priced for one micro-batch (fwd, bwd) or once per step (step: gradient buckets), and the time they add "
-            f"to a step (the bars above, the longest {_e(_ms(most))}). Groups: the stage's ranks as a (dp, tp) mesh, tp innermost; "
+            f"to a step (the bars above, the longest {_e(fmt_seconds(most))}). Groups: the stage's ranks as a (dp, tp) mesh, tp innermost; "
             f"{_e(per) if per else 'all'} devices per node.</div>"
             f'<svg width="{width}" height="{h}" viewBox="0 0 {width} {h}">{"".join(bars)}</svg>'
             "<table><tr><th>layers</th><th>strategy</th><th>tp group</th><th>dp group</th><th>collectives</th>"
@@ -433,7 +414,7 @@ def _measured(plan, run: dict | None) -> str:
     if m_step is None and steps:
         tail = sorted(_num(r, "step_s") for r in steps[min(3, len(steps) - 1):])
         m_step = tail[len(tail) // 2]
-    rows = [("step time", _ms(p_step), _ms(m_step) if m_step is not None else "—",
+    rows = [("step time", fmt_seconds(p_step), fmt_seconds(m_step) if m_step is not None else "—",
              f"{m_step / p_step:.2f}×" if m_step is not None and p_step else "—"),
             ("peak memory (rank 0)", fmt_bytes(int(p_mem)), fmt_bytes(int(m_mem)) if m_mem is not None else "—",
              f"{m_mem / p_mem:.2f}×" if m_mem is not None and p_mem else "—")]
@@ -444,7 +425,7 @@ def _measured(plan, run: dict | None) -> str:
     if steps:
         charts += _line_chart([_num(r, "step_s") for r in steps], [int(r.get("step", i + 1)) for i, r in
                                                                    enumerate(steps)],
-                              ref=p_step, label="step time", fmt=_ms, cid="step_chart")
+                              ref=p_step, label="step time", fmt=fmt_seconds, cid="step_chart")
     losses = [r for r in run["metrics"] if _num(r, "loss") is not None]
     if len(losses) > 1:
         charts += _line_chart([_num(r, "loss") for r in losses], [int(r.get("step", i + 1)) for i, r in

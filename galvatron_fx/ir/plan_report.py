@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.fmt import fmt_bytes, format_table
+from galvatron_fx.fmt import fmt_bytes, fmt_seconds, format_table
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction
 from galvatron_fx.ir.strategy import LayerStrategy
 
@@ -126,7 +126,7 @@ def diff(plan: ParallelPlan, other: ParallelPlan) -> str:
         lines.append("predicted:")
         if pa.step_time_s != pb.step_time_s:
             rel = (pb.step_time_s / pa.step_time_s - 1) * 100 if pa.step_time_s else float("inf")
-            lines.append(f"  step time: {_ms(pa.step_time_s)} -> {_ms(pb.step_time_s)} ({rel:+.1f}%)")
+            lines.append(f"  step time: {fmt_seconds(pa.step_time_s)} -> {fmt_seconds(pb.step_time_s)} ({rel:+.1f}%)")
         if pa.throughput_samples_s != pb.throughput_samples_s:
             lines.append(f"  throughput: {pa.throughput_samples_s:.1f} -> {pb.throughput_samples_s:.1f} samples/s")
         if pa.peak_memory_bytes != pb.peak_memory_bytes:
@@ -140,7 +140,7 @@ def diff(plan: ParallelPlan, other: ParallelPlan) -> str:
             if k in ("step_time_s", "throughput_samples_s", "peak_memory_bytes"):
                 continue
             if k == "breakdown" and isinstance(old, dict) and isinstance(new, dict):
-                parts = [f"{n} {_ms(old.get(n, 0.0))} -> {_ms(new.get(n, 0.0))}" for n in {**old, **new}
+                parts = [f"{n} {fmt_seconds(old.get(n, 0.0))} -> {fmt_seconds(new.get(n, 0.0))}" for n in {**old, **new}
                          if old.get(n) != new.get(n)]
                 lines.append("  step breakdown: " + ", ".join(parts))
             else:
@@ -185,7 +185,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
     ]
     # ---- per-layer table, runs of identical layers collapsed
     rows = []
-    for run in _runs(plan.layers):
+    for run in layer_runs(plan.layers):
         first = run[0]
         n = len(run)
         def mean(f: str) -> float:
@@ -193,7 +193,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
 
         mem = max(lp.predicted.memory_bytes for lp in run)
         rows.append([
-            _run_name(run), str(first.stage), first.strategy.short(), f"{first.dp}",
+            run_name(run), str(first.stage), first.strategy.short(), f"{first.dp}",
             f"{mean('fwd_s') * 1e3:.2f}", f"{mean('bwd_s') * 1e3:.2f}",
             f"{mean('comm_s') * 1e3:.2f}", f"{mean('transition_s') * 1e3:.2f}",
             f"{sum(lp.predicted.total_s for lp in run) * 1e3:.2f}",
@@ -217,7 +217,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
                    f"peak {tensors} / {fmt_bytes(budget)} budget ({_pct(shown, budget)}){flag}")
     # ---- predictions
     out += ["", "predicted:",
-            f"  step time {_ms(p.step_time_s)}, throughput {p.throughput_samples_s:.1f} samples/s, "
+            f"  step time {fmt_seconds(p.step_time_s)}, throughput {p.throughput_samples_s:.1f} samples/s, "
             f"bubble {p.bubble_fraction * 100:.1f}%",
             "  peak memory per stage: " + ", ".join(
                 f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.peak_memory_bytes)
@@ -226,11 +226,11 @@ def _explain_plan(plan: ParallelPlan) -> str:
         out.append("  device in use at the peak (context, communicator buffers, allocator reserve): "
                    + ", ".join(f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.reserved_peak_bytes))
     if p.breakdown:
-        out.append("  breakdown: " + ", ".join(f"{k} {_ms(v)}" for k, v in p.breakdown.items()))
+        out.append("  breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in p.breakdown.items()))
     if plan.baseline:
         name, t = plan.baseline.get("name", "baseline"), plan.baseline.get("step_time_s")
         if isinstance(t, (int, float)) and t > 0 and p.step_time_s > 0:
-            out.append(f"  {t / p.step_time_s:.2f}× faster than {name} ({_ms(t)} per step)")
+            out.append(f"  {t / p.step_time_s:.2f}× faster than {name} ({fmt_seconds(t)} per step)")
         else:
             out.append(f"  baseline {name}: {t}")
     if plan.solver_stats:
@@ -339,7 +339,7 @@ def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrate
 # ---- formatting helpers ---------------------------------------------------------------------
 
 
-def _runs(layers: tuple[LayerPlan, ...]) -> list[list[LayerPlan]]:
+def layer_runs(layers: tuple[LayerPlan, ...]) -> list[list[LayerPlan]]:
     """Consecutive layers of one kind, role, stage, strategy and dp, grouped (for collapsed rows)."""
     runs: list[list[LayerPlan]] = []
     for lp in layers:
@@ -355,7 +355,7 @@ def _runs(layers: tuple[LayerPlan, ...]) -> list[list[LayerPlan]]:
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
-def _run_name(run: list[LayerPlan]) -> str:
+def run_name(run: list[LayerPlan]) -> str:
     """``blocks.0–31 ×32`` for a run, the plain name for a single layer."""
     if len(run) == 1:
         return run[0].name
@@ -376,10 +376,6 @@ def _ranks(ranks) -> str:
         parts.append(str(ranks[i]) if i == j else f"{ranks[i]}–{ranks[j]}")
         i = j + 1
     return ",".join(parts)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.2f} ms" if s < 10 else f"{s:.2f} s"
 
 
 def _signed_ms(s: float) -> str:
@@ -406,11 +402,11 @@ def _human(key: str, v: Any) -> str:
     if key.endswith("_bytes"):
         return " / ".join(fmt_bytes(int(x)) for x in v) if isinstance(v, list) else fmt_bytes(int(v))
     if key.endswith("_s") and isinstance(v, (int, float)):
-        return _ms(float(v))
+        return fmt_seconds(float(v))
     if key.endswith("_fraction") and isinstance(v, (int, float)):
         return f"{v:.1%}"
     if key == "baseline" and isinstance(v, dict):
-        return f"{v.get('name')} ({_ms(float(v.get('step_time_s', 0.0)))})"
+        return f"{v.get('name')} ({fmt_seconds(float(v.get('step_time_s', 0.0)))})"
     return _short_value(v)
 
 

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from galvatron_fx.cluster import default_local_cpu
+from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models.cpu_runtime import PROBE, SCHEMA_VERSION, CPURuntimeCalibration, CPURuntimeCostModel
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint

@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from galvatron_fx.cluster import default_local_cpu
+from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.cpu_runtime import PROBE
 from galvatron_fx.errors import ConfigError

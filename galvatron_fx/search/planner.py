@@ -531,20 +531,18 @@ def plan(
 
 
 def unused_requests(space: SearchSpace, plan: ParallelPlan) -> list[str]:
-    """A sentence per value the caller named in ``search`` (``tp``, ``pp``, ``num_microbatches``)
-    that ``plan`` does not use, and why: these are the values the search may take, not ones
-    it must."""
+    """A sentence per degree the caller named in ``search`` (``tp``, ``pp``, ``num_microbatches``)
+    of which ``plan`` uses none, and why: these are the values the search may take, not ones it
+    must (a layer that cannot take any of the tp degrees asked stays at tp 1)."""
     out = []
     devices = plan.world_size // plan.pp
     used = {"tp": {lp.strategy.tp for lp in plan.layers}, "pp": {plan.pp},
             "num_microbatches": {plan.num_microbatches}}
     for key in ("tp", "pp", "num_microbatches"):
         asked = getattr(space, key)
-        if asked is None:
+        if asked is None or used[key] & set(asked):
             continue
-        missing = [v for v in asked if v not in used[key]]
-        if not missing or (key == "tp" and len(missing) < len(asked)):  # one of several tp degrees is use enough
-            continue
+        missing = list(asked)
         why = "the search found the plan it chose faster or the others did not fit"
         if key == "tp" and all(v > devices for v in missing):
             why = (f"its {plan.pp} pipeline stage(s) have {devices} device(s) each, fewer than tp {max(missing)} needs; "

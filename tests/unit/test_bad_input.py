@@ -14,7 +14,8 @@ import pytest
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
-from galvatron_fx.cluster import Cluster, CollectiveFit, default_local_cpu
+from galvatron_fx.cluster import Cluster, CollectiveFit
+from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan

@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from galvatron_fx.cluster import Collective, default_local_cpu
+from galvatron_fx.cluster import Collective
+from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models import cpu_runtime
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, cost_model, efficiency
