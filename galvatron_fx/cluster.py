@@ -211,7 +211,8 @@ class Cluster:
             return f"measured hardware profile {self.name!r}" + (f" (fingerprint {self.fingerprint})"
                                                                  if self.fingerprint else "")
         how = f"torchrun --nproc-per-node {self.devices_per_node} -m galvatron_fx.cli profile"
-        if self.fingerprint:
+        if self.fingerprint:  # this host's processes, as one node or several: one host's profile
+            how = f"torchrun --nproc-per-node {self.world_size} -m galvatron_fx.cli profile"
             return f"no hardware profile for this machine: conservative CPU defaults (measure: {how})"
         return f"{self.name!r}: datasheet figures, not measured (measure the real machine: {how})"
 

@@ -131,7 +131,8 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, metavar="MODULE:FUNCTION",
                    help="FUNCTION(step=, batch_size=, seq_len=) returning a batch (default: the example batch)")
     p.add_argument("--cluster", default=None, help="local-cpu (default), a preset or a cluster JSON")
-    p.add_argument("--nodes", type=int, default=None, help="number of nodes of a preset")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="number of nodes of a preset, or of local-cpu (default: the agents torchrun started)")
     add_shape(p, batch_help="global batch size (default 2 per process)")
     add_search(p)
     p.add_argument("--plan", type=Path, default=None, help="run this saved plan instead of searching")

@@ -35,9 +35,9 @@ from typing import Any
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds
-from galvatron_fx.ir.plan_report import layer_runs, run_name
+from galvatron_fx.ir.plan_report import group_ranks, group_text, layer_runs, node_of, run_name
 
-__all__ = ["group_ranks", "read_run", "render", "run_cli", "write"]
+__all__ = ["read_run", "render", "run_cli", "write"]
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
             "#9c755f", "#bab0ac", "#2f4b7c", "#a05195")
@@ -80,29 +80,6 @@ def _strategy_label(lp) -> str:
     if st.recompute != "none":
         parts.append(f"recompute={st.recompute}")
     return " ".join(parts)
-
-
-def group_ranks(plan, lp) -> dict[str, list[list[int]]]:
-    """The tensor- and data-parallel groups of layer ``lp``: its stage's ranks laid out as a
-    ``(dp, tp)`` mesh, tp innermost, as the runtime builds it."""
-    ranks = list(plan.stage_ranks[lp.stage])
-    tp, dp = lp.strategy.tp, lp.dp
-    return {"tp": [ranks[d * tp:(d + 1) * tp] for d in range(dp)],
-            "dp": [ranks[t::tp] for t in range(tp)]}
-
-
-def _node_of(plan):
-    per = int((plan.cluster or {}).get("devices_per_node") or plan.world_size)
-    return lambda r: r // max(per, 1)
-
-
-def _group_text(plan, groups: list[list[int]]) -> tuple[str, bool]:
-    """Ranks of the first group (and how many such groups) and whether any crosses a node."""
-    node = _node_of(plan)
-    crosses = any(len({node(r) for r in g}) > 1 for g in groups)
-    first = groups[0]
-    text = "ranks " + ",".join(map(str, first)) + (f" (+{len(groups) - 1} alike)" if len(groups) > 1 else "")
-    return text, crosses
 
 
 # ---- sections ------------------------------------------------------------------------------
@@ -289,7 +266,7 @@ def _comm(plan) -> str:
             if size <= 1:
                 cells[ax] = "—"
                 continue
-            text, crosses = _group_text(plan, groups[ax])
+            text, crosses = group_text(plan, groups[ax])
             tier = "inter-node" if crosses else "intra-node"
             cells[ax] = f'{_e(text)}<br><span class="{"cross" if crosses else ""}">{tier}</span>'
         summary: dict[tuple, list[int]] = {}
@@ -313,7 +290,7 @@ def _comm(plan) -> str:
         bh = h * lp.predicted.comm_s / most
         bars.append(f'<rect class="comm" x="{i * cell:.2f}" y="{h - bh:.2f}" width="{max(cell - 1, 0.5):.2f}" '
                     f'height="{bh:.2f}" fill="#76b7b2" data-tip="{_e(f"{lp.name}: comm {fmt_seconds(lp.predicted.comm_s)}")}"/>')
-    node = _node_of(plan)
+    node = node_of(plan)
     grows = []
     for (ax, g), sizes in sorted(per_group.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if not g:

@@ -10,7 +10,8 @@ this rank's device with seed ``seed``; ``data = "module:function"`` gives the ba
 (``function(step=, batch_size=, seq_len=)`` returning the model's inputs, a tuple or a mapping);
 without it every step trains on the model's example batch (a smoke run: the loss falls as the
 model learns that batch). ``cluster`` is ``local-cpu`` (this machine's CPU processes, with its
-cached hardware profile if any: the default on CPU), a preset or a cluster JSON.
+cached hardware profile if any: the default on CPU; as many nodes as torchrun started agents,
+or ``nodes``), a preset or a cluster JSON.
 
 Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, tokens/s,
 step time, peak CUDA memory allocated — null on CPU —, MFU: the captured graph's FLOPs over the
@@ -121,10 +122,19 @@ def _cluster(run: dict, world: int, on_gpu: bool):
         if on_gpu:
             raise ConfigError("cluster = local-cpu describes CPU processes; on GPUs give a preset (--cluster "
                               "dgx-h100 --nodes N), a cluster JSON, or a measured profile (galvatron-fx profile)")
-        if run["nodes"] not in (None, 1):
-            raise ConfigError("--nodes with cluster local-cpu: the local CPU cluster is one node")
-        return Cluster.local_cpu(world)
+        nodes = run["nodes"] or _launched_nodes(world)
+        if world % nodes:
+            raise ConfigError(f"--nodes {nodes} with cluster local-cpu: {world} processes do not split into "
+                              f"{nodes} nodes; give a --nodes that divides the world size")
+        return Cluster.local_cpu(world, nodes=nodes)
     return Cluster.from_spec(run["cluster"], run["nodes"])
+
+
+def _launched_nodes(world: int) -> int:
+    """How many nodes torchrun started this world as: its agents (``GROUP_WORLD_SIZE``) when each
+    ran the same number of processes, else one."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
+    return world // local if local and world % local == 0 else 1
 
 
 def _importable(spec: str, what: str):

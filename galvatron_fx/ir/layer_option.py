@@ -12,7 +12,7 @@ Terms: times are per micro-batch at the captured batch, on one rank, in seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from galvatron_fx.ir.strategy import SPMode
 
@@ -56,6 +56,7 @@ class LayerOption:
     objective_s: float
     solve_s: float
     num_variables: int
+    labels: dict[str, str] = field(default_factory=dict)  # node -> readable name (decompose_layer.node_labels)
 
     def collectives(self, direction: str = "fwd") -> list[str]:
         return sorted(e.collective for e in self.comm if e.direction == direction)

@@ -44,7 +44,8 @@ JSON (schema_version 1)
     "layers": [{"name", "kind", "role", "stage", "dp", "strategy": {"tp", "sp", "dp_type",
     "recompute"}, "placements": {node: str}, "predicted": {"fwd_s", "bwd_s", "comm_s",
     "transition_s", "memory_bytes", "memory_breakdown"}, "alternatives": [{"strategy", "predicted",
-    "reason"}]}],
+    "reason"}], "collectives": [...] (optional), "labels": {node: name} (optional: parameters and
+    the ops reading them, by name within the layer)}],
     "predicted": {"step_time_s", "throughput_samples_s", "peak_memory_bytes": [int per stage],
     "memory_budget_bytes", "bubble_fraction", "breakdown": {str: float},
     "reserved_peak_bytes": [int per stage] (optional)},

@@ -100,10 +100,13 @@ class LayerPlan:
     # the collectives the search priced, per micro-batch: {"phase": "fwd" | "bwd" | "step", "op", "axis": "tp" | "dp",
     # "group_size", "bytes"} ("step": once per step, in the stage's gradient buckets)
     collectives: tuple[dict, ...] = ()
+    # readable names of placed nodes: parameters and the ops reading them, by name within the layer
+    labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", LayerRole(self.role))
         object.__setattr__(self, "placements", dict(self.placements))
+        object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "alternatives", tuple(self.alternatives))
         object.__setattr__(self, "collectives", tuple(dict(c) for c in self.collectives))
 
@@ -118,6 +121,8 @@ class LayerPlan:
              "predicted": self.predicted.to_dict(), "alternatives": [a.to_dict() for a in self.alternatives]}
         if self.collectives:
             d["collectives"] = [dict(c) for c in self.collectives]
+        if self.labels:
+            d["labels"] = dict(self.labels)
         return d
 
 

@@ -167,6 +167,13 @@ def explain(plan: ParallelPlan, layer: str | None = None, alternative: str | Lay
     return _explain_plan(plan)
 
 
+def _nodes(plan: ParallelPlan) -> str:
+    """`` (2 nodes × 4)`` when the plan's cluster has several nodes."""
+    cluster = plan.cluster or {}
+    n, per = cluster.get("num_nodes", 1), cluster.get("devices_per_node", plan.world_size)
+    return f" ({n} nodes × {per})" if isinstance(n, int) and n > 1 else ""
+
+
 def _explain_plan(plan: ParallelPlan) -> str:
     p = plan.predicted
     budget = p.memory_budget_bytes
@@ -177,7 +184,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
         layout = f"pp{plan.pp} × per layer (" + ", ".join(f"dp{d}×tp{t}" for d, t in shapes) + ")"
     sched = plan.schedule + (f" ×{plan.virtual_stages} chunks/stage" if plan.virtual_stages > 1 else "")
     out = [
-        f"plan for {plan.model} on {plan.world_size} devices in {plan.precision}: {layout}",
+        f"plan for {plan.model} on {plan.world_size} devices{_nodes(plan)} in {plan.precision}: {layout}",
         f"  schedule {sched}, {plan.num_microbatches} micro-batches, global batch {plan.global_batch_size} "
         f"(micro-batch {plan.micro_batch_size} per data-parallel rank)",
         f"  graph {plan.graph_hash[:12]}  cluster {plan.cluster_hash[:12]}  plan {plan.plan_hash()[:12]}",
@@ -289,6 +296,7 @@ def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrate
         f"chosen: {lp.strategy.short()} (dp{lp.dp} × tp{lp.strategy.tp}); memory budget {fmt_bytes(budget)} per rank"
         + (f", of which the search holds each stage's tensors to {fmt_bytes(held)} (the rest: the runtime's "
            "context, communicator buffers and allocator reserve)" if held is not None else ""),
+        _groups_line(plan, lp),
     ]
     if not lp.alternatives:
         out.append("no alternatives were recorded for this layer (the search kept none, or it had no choice)")
@@ -329,14 +337,73 @@ def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrate
                "one's; stage holds: every layer's parameters, gradients, optimizer state and held activations "
                "on a rank of the stage, plus its largest temporary, with that choice in place)")
     if lp.placements:
-        shown = list(lp.placements.items())[:12]
-        more = len(lp.placements) - len(shown)
-        out += ["", f"placements ({len(lp.placements)} node{'s' if len(lp.placements) != 1 else ''}, tp placements of inputs -> outputs):"]
-        out += [f"  {n}: {pl}" for n, pl in shown] + ([f"  … {more} more"] if more > 0 else [])
+        out += ["", *_placements(lp)]
     return "\n".join(out)
 
 
+_SHOWN_PLACEMENTS = 24
+
+
+def _placements(lp: LayerPlan) -> list[str]:
+    """The layer's placements: its parameters, the ops reading them and the parameters' views by
+    name (the decomposed node after it), then the other nodes, up to :data:`_SHOWN_PLACEMENTS`
+    lines in all (every parameter and op reading one always)."""
+    n = len(lp.placements)
+    labels = lp.labels
+    named = [k for k in lp.placements if k in labels and not labels[k].startswith("input ")]
+    params = [k for k in named if k not in labels.values() and " " not in labels[k]]
+    ops = [k for k in named if k not in params and not labels[k].endswith(")")]  # "attn.q_proj mm"
+    views = [k for k in named if k not in params and k not in ops]  # "attn.q_proj.weight (t)"
+    first = params + ops + views
+    shown = (first + [k for k in lp.placements if k not in first])[:max(_SHOWN_PLACEMENTS, len(params + ops))]
+    width = max(len(lp.labels.get(k, k)) for k in shown)
+    pw = max(len(lp.placements[k]) for k in shown)
+    lines = [f"placements ({n} node{'s' if n != 1 else ''}; tp placements of inputs -> outputs"
+             + ("; parameters and the ops reading them first, by name" if named else "") + "):"]
+    for k in shown:
+        label = lp.labels.get(k)
+        lines.append((f"  {label or k:<{width}}  {lp.placements[k]:<{pw}}" + (f"  [{k}]" if label else "")).rstrip())
+    if n > len(shown):
+        lines.append(f"  … {n - len(shown)} more (every node: galvatron-fx lower MODEL --plan PLAN --out DIR)")
+    return lines
+
+
 # ---- formatting helpers ---------------------------------------------------------------------
+
+
+def group_ranks(plan: ParallelPlan, lp: LayerPlan) -> dict[str, list[list[int]]]:
+    """The tensor- and data-parallel groups of layer ``lp``: its stage's ranks laid out as a
+    ``(dp, tp)`` mesh, tp innermost, as the runtime builds it."""
+    ranks = list(plan.stage_ranks[lp.stage])
+    tp, dp = lp.strategy.tp, lp.dp
+    return {"tp": [ranks[d * tp:(d + 1) * tp] for d in range(dp)],
+            "dp": [ranks[t::tp] for t in range(tp)]}
+
+
+def node_of(plan: ParallelPlan):
+    """rank -> the node of the plan's cluster it runs on (ranks fill nodes in order)."""
+    per = int((plan.cluster or {}).get("devices_per_node") or plan.world_size)
+    return lambda r: r // max(per, 1)
+
+
+def group_text(plan: ParallelPlan, groups: list[list[int]]) -> tuple[str, bool]:
+    """Ranks of the first group (and how many such groups) and whether any crosses a node."""
+    node = node_of(plan)
+    crosses = any(len({node(r) for r in g}) > 1 for g in groups)
+    first = groups[0]
+    text = "ranks " + ",".join(map(str, first)) + (f" (+{len(groups) - 1} alike)" if len(groups) > 1 else "")
+    return text, crosses
+
+
+def _groups_line(plan: ParallelPlan, lp: LayerPlan) -> str:
+    """``groups: tp ranks 0,1 (+3 alike), intra-node; dp ...`` for the axes of size > 1."""
+    groups = group_ranks(plan, lp)
+    parts = []
+    for ax, size in (("tp", lp.strategy.tp), ("dp", lp.dp)):
+        if size > 1:
+            text, crosses = group_text(plan, groups[ax])
+            parts.append(f"{ax} {text}, {'inter-node' if crosses else 'intra-node'}")
+    return "groups: " + ("; ".join(parts) if parts else "none (one rank)")
 
 
 def layer_runs(layers: tuple[LayerPlan, ...]) -> list[list[LayerPlan]]:

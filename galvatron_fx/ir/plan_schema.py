@@ -352,7 +352,7 @@ def _parse_collective(v: Any, at: str) -> dict:
 
 
 def _parse_layer(v: Any, at: str) -> LayerPlan:
-    d = _obj(v, at, _LAYER_KEYS, optional=("collectives",))
+    d = _obj(v, at, _LAYER_KEYS, optional=("collectives", "labels"))
     alts = []
     for j, a in enumerate(_list(d["alternatives"], f"{at}.alternatives")):
         aat = f"{at}.alternatives[{j}]"
@@ -372,6 +372,7 @@ def _parse_layer(v: Any, at: str) -> LayerPlan:
         alternatives=tuple(alts),
         collectives=tuple(_parse_collective(c, f"{at}.collectives[{j}]")
                           for j, c in enumerate(_list(d.get("collectives", []), f"{at}.collectives"))),
+        labels=_dict_of(d.get("labels", {}), f"{at}.labels", _str),
     )
 
 

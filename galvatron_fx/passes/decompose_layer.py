@@ -53,6 +53,8 @@ class DecomposedLayer:
     fwd_flops: dict[str, int] = field(default_factory=dict)
     fwd_bytes: dict[str, int] = field(default_factory=dict)
     strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
+    # placeholder -> the parameter's (or buffer's) name within the layer ("attn.q_proj.weight")
+    param_names: dict[str, str] = field(default_factory=dict)
 
 
 def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
@@ -78,8 +80,13 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
         xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
         gm = make_fx(run, tracing_mode="real")(*xs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fqn: dict[str, str] = {}
+    for name, p in mg.params.items():
+        for node in p.nodes:
+            fqn.setdefault(node, name.removeprefix(layer.name + "."))
     dl = DecomposedLayer(gm=gm, inputs=placeholders, input_roles=roles, input_names=[a.name for a in ext],
-                         input_grads=[a in grad for a in ext])
+                         input_grads=[a in grad for a in ext],
+                         param_names={ph.name: fqn[a.name] for ph, a in zip(placeholders, ext) if a.name in fqn})
     _measure_forward(dl)
     return dl
 
@@ -132,6 +139,34 @@ def param_values(dl: DecomposedLayer) -> set[str]:
         if n.op == "call_function" and all(a.name in out for a in n.all_input_nodes):
             out.add(n.name)
     return out
+
+
+def node_labels(dl: DecomposedLayer) -> dict[str, str]:
+    """Readable names of the decomposed layer's nodes that have one: a parameter's placeholder
+    by the parameter's name within the layer (``attn.q_proj.weight``), what is computed from it
+    alone by that name and the op (``attn.q_proj.weight (t)``), an op reading it by the module and
+    the op (``attn.q_proj mm``), another input by the captured value it is (``input add_3``)."""
+    labels: dict[str, str] = {}
+    root: dict[str, str] = {}  # node -> the parameter it is computed from
+    for ph, name in zip(dl.inputs, dl.input_names):
+        if ph.name in dl.param_names:
+            labels[ph.name] = root[ph.name] = dl.param_names[ph.name]
+        else:
+            labels[ph.name] = f"input {name}"
+    alone = param_values(dl)
+    for n in dl.gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        srcs = [root[a.name] for a in n.all_input_nodes if a.name in root]
+        if not srcs:
+            continue
+        op = getattr(n.target, "_opname", getattr(n.target, "__name__", str(n.target)))
+        if n.name in alone:
+            root[n.name] = srcs[0]
+            labels[n.name] = f"{srcs[0]} ({op})"
+        else:
+            labels[n.name] = f"{srcs[0].rpartition('.')[0] or srcs[0]} {op}"
+    return labels
 
 
 def check_placements(plan: ParallelPlan, mg: ModelGraph, *, decomposed: dict | None = None) -> None:

@@ -105,7 +105,8 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
             layer_plans.append(LayerPlan(
                 name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
                 placements=dict(x.option.placements) if x.option is not None else {},
-                predicted=pred, alternatives=tuple(alts), collectives=x.collectives))
+                predicted=pred, alternatives=tuple(alts), collectives=x.collectives,
+                labels=dict(x.option.labels) if x.option is not None else {}))
     max_dp = max(lp.dp for lp in layer_plans)
     samples = best.samples
     plan = ParallelPlan(

@@ -70,7 +70,7 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
-from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
 from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies,
                                                  sharded_activation_fraction, sharded_param_fraction)
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
@@ -508,6 +508,7 @@ def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by
         comm=comm, input_layout=tuple(pstr(chosen[n].outputs[0]) for n, r in role.items() if r == "activation"),
         output_layout=tuple(_out_placement(chosen, a) for a in outs),
         objective_s=solve[0] if solve is not None else total,
+        labels={k: v for k, v in node_labels(dl).items() if k in chosen},
         solve_s=time.perf_counter() - solve[2] if solve is not None else 0.0,
         num_variables=solve[1] if solve is not None else 0)
 

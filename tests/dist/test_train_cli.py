@@ -87,3 +87,55 @@ def test_train_resume_and_export(tmp_path):
     got = fresh.load_state_dict(weights, strict=False)
     assert not got.unexpected_keys and set(got.missing_keys) <= {"head.weight", "lm_head.weight"}, got
     assert any(not torch.equal(before[k], v) for k, v in fresh.state_dict().items())  # trained, not the init
+
+
+def _agents(cwd: Path, nodes: int, per_node: int, *args: str) -> list[subprocess.CompletedProcess]:
+    """``nodes`` torchrun agents on this host (static rendezvous on loopback), each starting
+    ``per_node`` processes of ``galvatron-fx train``: several nodes as a user launches them."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(r),
+         "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+         "-m", "galvatron_fx.cli", "train", *args],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in range(nodes)]
+    done = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return done
+
+
+@pytest.mark.slow
+def test_two_agents_as_two_nodes_train_as_one_agent(tmp_path):
+    """Two torchrun agents of two processes each on loopback are a two-node cluster (the train
+    command counts the agents): the same plan and the same losses as one agent of four processes
+    told ``--nodes 2``, no host warning, and the run's report marks the groups that cross nodes."""
+    args = ["gpt-tiny", "--batch", "8", "--seq", "32", "--steps", "3", "--lr", "3e-3", "--pp", "1,2"]
+    two, one = tmp_path / "two", tmp_path / "one"
+    two.mkdir(), one.mkdir()
+    procs = _agents(two, 2, 2, *args, "--out", "out")
+    for p in procs:
+        assert p.returncode == 0, p.stderr[-4000:]
+    said = procs[0].stderr
+    assert "on 4 devices (2 nodes × 2)" in said and "different hosts" not in said, said[-3000:]
+    assert "--nproc-per-node 4 -m galvatron_fx.cli profile" in said  # one host's profile measures it
+    (proc,) = _agents(one, 1, 4, *args, "--nodes", "2", "--out", "out")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    plans = [{k: v for k, v in json.loads((d / "out" / "plan.json").read_text()).items() if k != "solver_stats"}
+             for d in (two, one)]  # (the search's own timings differ)
+    assert plans[0]["cluster"]["num_nodes"] == 2 and plans[0] == plans[1]
+    losses = [[json.loads(l)["loss"] for l in (d / "out" / "metrics.jsonl").read_text().splitlines()]
+              for d in (two, one)]
+    assert len(losses[0]) == 3 and losses[0] == losses[1], losses
+    page = (two / "out" / "report.html").read_text()
+    assert 'class="cross">inter-node<' in page  # four devices on two nodes: some group crosses

@@ -180,3 +180,30 @@ def test_values_made_whole_with_a_batch_dim_are_found_batched():
     assert hidden in found
     # a value without a batch dim (Llama's inverse frequencies, a buffer) is not batched
     assert not any(by_name[n].op == "placeholder" and n not in mg.input_names for n in found)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_placements_are_named_by_parameter_and_module(family):
+    """explain(layer) lists a tensor-parallel layer's placements by the names people know: every
+    parameter of the block by its name within the block, the ops reading them by module; the
+    names survive the plan's JSON."""
+    model, batch = hf_tiny.build(family)
+    mg = gfx.capture(model, (), example_kwargs=batch)
+    plan = gfx.plan(mg, gfx.Cluster.preset("dgx-a100-80g", nodes=1), global_batch_size=16,
+                    search={"tp": (2,), "pp": (1,)}, baselines=False)
+    block = mg.blocks()[0]
+    lp = plan.layer(block.name)
+    assert lp.strategy.tp == 2 and set(lp.labels) <= set(lp.placements)
+    names = {f.removeprefix(block.name + ".") for f, p in mg.params.items()
+             if f.startswith(block.name + ".") and not p.is_buffer}
+    assert names and names <= set(lp.labels.values()), names - set(lp.labels.values())
+    text = plan.explain(block.name)
+    listed = text.split("placements (", 1)[1].splitlines()[1:]
+    assert all(n in text for n in names)
+    first = listed[0].split()[0]
+    assert first in names, listed[:3]  # names first, not arg0_1
+    modules = {n.rpartition(".")[0] for n in names if n.endswith(".weight")}
+    shown = {line.split()[0] for line in listed if len(line.split()) == 4}  # "<module> <op> <placement> [node]"
+    assert modules <= shown, (modules - shown, listed)  # every op reading a weight, by its module
+    again = gfx.ParallelPlan.from_json(plan.to_json())
+    assert again == plan and again.layer(block.name).labels == lp.labels

@@ -87,6 +87,21 @@ def test_groups_that_cross_nodes_are_marked(flat, pipelined):
         assert link == ("inter-node" if crosses else "intra-node"), (axis, groups, link)
     # 16 devices, no pipeline: some group spans both nodes; pipelined, each stage is one node
     assert any(link == "inter-node" for *_, link in rows)
+    # explain(layer) says the same of each layer's groups
+    tiers = set()
+    for lp in flat.layers:
+        line = next(l for l in flat.explain(lp.name).splitlines() if l.startswith("groups: "))
+        ranks, tp = list(flat.stage_ranks[lp.stage]), lp.strategy.tp
+        for axis, size, groups in (("tp", tp, [ranks[i:i + tp] for i in range(0, len(ranks), tp)]),
+                                   ("dp", lp.dp, [ranks[t::tp] for t in range(tp)])):
+            part = next((p for p in line.removeprefix("groups: ").split("; ") if p.startswith(axis + " ")), None)
+            assert (part is not None) == (size > 1), line
+            if part is not None:
+                crosses = any(len({r // per_node for r in g}) > 1 for g in groups)
+                assert part.startswith(f"{axis} ranks {','.join(map(str, groups[0]))}"), part
+                assert part.endswith("inter-node" if crosses else "intra-node"), part
+                tiers.add(part.rsplit(" ", 1)[1])
+    assert "inter-node" in tiers, tiers
     piped = re.findall(r"<td[^>]*>(inter-node|intra-node)</td><td class=\"num\">",
                        _section(report_html.render(pipelined), "comm"))
     assert piped and set(piped) == {"intra-node"}
