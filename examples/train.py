@@ -284,12 +284,16 @@ def main(argv: list[str] | None = None) -> int:
                 "plan": {"hash": plan.plan_hash(), "strategies": strategies(plan),
                          **plan_info},
                 "predicted": {"step_time_s": pred_step, "peak_memory_bytes": pred_peak,
-                              "memory_budget_bytes": plan.predicted.memory_budget_bytes},
+                              "memory_budget_bytes": plan.predicted.memory_budget_bytes,
+                              "mfu": plan.predicted.mfu, "compute_density": list(plan.predicted.compute_density)},
                 "measured": {"step_time_s": meas_step, "step_time_s_per_rank": [r["median_step_s"] for r in per_rank],
                              "peak_memory_bytes": meas_peak,
                              "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in per_rank],
                              "peak_breakdown_bytes_per_rank": [r["peak_breakdown_bytes"] for r in per_rank],
-                             "timed_steps": len(times), "memory_step": mem_step},
+                             "timed_steps": len(times), "memory_step": mem_step,
+                             # the plan's model FLOPs over the measured step and the plan's peak
+                             "mfu": plan.predicted.model_flops / meas_step / plan.predicted.peak_flops
+                             if plan.predicted.model_flops and plan.predicted.peak_flops else None},
                 "loss": {"first": losses[0], "last": losses[-1], "curve": losses},
                 "wall_s": {"profile": t_profile, "plan": t_plan, "compile": t_compile, "train": t_train,
                            "total": time.perf_counter() - t_start},
@@ -345,6 +349,7 @@ def report_md(r: dict) -> str:
         f"| step time | {p['step_time_s'] * 1e3:.1f} ms | {m['step_time_s'] * 1e3:.1f} ms (rank 0 median) |",
         *[f"| peak memory rank {i} | {mib(p['peak_memory_bytes'])} | {mib(b)} |"
           for i, b in enumerate(m["peak_memory_bytes_per_rank"])],
+        *([f"| MFU | {p['mfu']:.1%} | {m['mfu']:.1%} |"] if p.get("mfu") and m.get("mfu") else []),
         "",
         *[f"- {n}" for n in r["notes"]],
         "",

@@ -144,6 +144,8 @@ def _train(p: argparse.ArgumentParser) -> None:
                    "(default runs/train)")
     p.add_argument("--checkpoint-dir", type=Path, default=None, help="save (and resume from) a checkpoint here")
     p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
+    p.add_argument("--efficiency-every", type=int, default=None,
+                   help="profile the third step and every N after it for compute density (default 10; 0: never)")
 
 
 def _report(p: argparse.ArgumentParser) -> None:

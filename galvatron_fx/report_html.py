@@ -35,7 +35,7 @@ from typing import Any
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds
-from galvatron_fx.ir.plan_report import group_ranks, group_text, layer_runs, node_of, run_name
+from galvatron_fx.ir.plan_report import efficiency_line, group_ranks, group_text, layer_runs, node_of, run_name
 
 __all__ = ["read_run", "render", "run_cli", "write"]
 
@@ -105,6 +105,8 @@ def _summary(plan) -> str:
         rows.append(("search", f"{float(plan.solver_stats['search_s']):.1f} s"))
     if p.breakdown:
         rows.append(("step breakdown", ", ".join(f"{k} {fmt_seconds(v)}" for k, v in p.breakdown.items())))
+    if (eff := efficiency_line(p)) is not None:
+        rows.append(("efficiency", eff.removeprefix("efficiency: ")))
     body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
     notes = "".join(f"<li>{_e(n)}</li>" for n in plan.notes)
     return (f'<section id="summary"><h1>{_e(plan.model)}: plan on {plan.world_size} devices</h1>'
@@ -376,6 +378,13 @@ def _line_chart(values: list[float], steps: list[int], *, ref: float | None, lab
     return f'<svg id="{cid}" width="{width}" height="{h}" viewBox="0 0 {width} {h}">{"".join(parts)}</svg>'
 
 
+def _floats(v) -> list[float]:
+    """A JSON list of numbers as floats ([] for anything else)."""
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return []
+    return [float(x) for x in v if math.isfinite(x)]
+
+
 def _measured(plan, run: dict | None) -> str:
     head = '<section id="measured"><h2>Predicted and measured</h2>'
     if run is None:
@@ -395,6 +404,18 @@ def _measured(plan, run: dict | None) -> str:
              f"{m_step / p_step:.2f}×" if m_step is not None and p_step else "—"),
             ("peak memory (rank 0)", fmt_bytes(int(p_mem)), fmt_bytes(int(m_mem)) if m_mem is not None else "—",
              f"{m_mem / p_mem:.2f}×" if m_mem is not None and p_mem else "—")]
+    p_mfu = _num(pred, "mfu") if _num(pred, "mfu") is not None else plan.predicted.mfu
+    m_mfu = _num(meas, "mfu")
+    if p_mfu is not None or m_mfu is not None:
+        rows.append(("MFU", f"{p_mfu:.1%}" if p_mfu is not None else "—", f"{m_mfu:.1%}" if m_mfu is not None else "—",
+                     f"{m_mfu / p_mfu:.2f}×" if m_mfu is not None and p_mfu else "—"))
+    p_den = _floats(pred.get("compute_density")) or list(plan.predicted.compute_density)
+    m_den = _floats(meas.get("compute_density"))
+    for s in range(max(len(p_den), len(m_den))):
+        a = p_den[s] if s < len(p_den) else None
+        b = m_den[s] if s < len(m_den) else None
+        rows.append((f"compute density (stage {s})", f"{a:.0%}" if a is not None else "—",
+                     f"{b:.0%}" if b is not None else "—", f"{b / a:.2f}×" if a and b is not None else "—"))
     table = ("<table id=\"pvm\"><tr><th></th><th>predicted</th><th>measured</th><th>measured / predicted</th></tr>"
              + "".join(f"<tr><td>{_e(a)}</td><td class=\"num\">{_e(b)}</td><td class=\"num\">{_e(c)}</td>"
                        f"<td class=\"num\">{_e(d)}</td></tr>" for a, b, c, d in rows) + "</table>")

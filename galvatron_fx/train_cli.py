@@ -14,8 +14,10 @@ cached hardware profile if any: the default on CPU; as many nodes as torchrun st
 or ``nodes``), a preset or a cluster JSON.
 
 Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, tokens/s,
-step time, peak CUDA memory allocated — null on CPU —, MFU: the captured graph's FLOPs over the
-step time and the plan's cluster peak); ``<out>/plan.json`` is the plan run,
+step time, peak CUDA memory allocated — null on CPU —, MFU: the plan's model FLOPs over the step
+time and the cluster's peak, and on the steps profiled — the third and every
+``efficiency_every`` after it — each stage's measured compute density,
+:mod:`galvatron_fx.runtime.efficiency`, with ``"profiled": true``); ``<out>/plan.json`` is the plan run,
 ``<out>/report.json`` the predicted against measured summary and ``<out>/report.html`` the plan and
 the run as one page (:mod:`galvatron_fx.report_html`). ``checkpoint_dir`` saves every
 ``checkpoint_every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
@@ -44,6 +46,7 @@ FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
     "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
+    "efficiency_every": (int, 10),
 }
 _PATHS = ("hf_config", "plan", "out", "checkpoint_dir")
 OPTIMIZERS = ("adamw", "sgd")
@@ -153,6 +156,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.api import compile as gfx_compile
     from galvatron_fx.ir.plan import ParallelPlan
+    from galvatron_fx.runtime import efficiency
     from galvatron_fx.search.candidates import SearchSpace
 
     run = resolve_run(args)
@@ -191,30 +195,43 @@ def run_cli(args: argparse.Namespace) -> int:
             print(f"resumed from {ckpt} at step {start}", file=sys.stderr)
     tokens = _tokens(example)
     dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[plan.precision]
-    peak_flops = cluster.device(0).flops(dtype) * world
-    graph = getattr(pm, "mg", None)  # captured at one micro-batch
-    flops_step = None
-    if graph is not None and all(layer.costs is not None for layer in graph.layers):
-        c = graph.total_costs()
-        flops_step = (c.fwd_flops + c.bwd_flops) * plan.num_microbatches
-    times: list[float] = []
+    peak_flops = plan.predicted.peak_flops or cluster.device(0).flops(dtype) * world
+    flops_step = plan.predicted.model_flops
+    if flops_step is None:  # a plan written before it was predicted: the graph, captured at one micro-batch
+        graph = getattr(pm, "mg", None)
+        if graph is not None and all(layer.costs is not None for layer in graph.layers):
+            c = graph.total_costs()
+            flops_step = (c.fwd_flops + c.bwd_flops) * plan.num_microbatches
+    every = run["efficiency_every"]
+    densities: list[list[float]] = []
+    times: list[float] = []  # the steps run as they are (slowed: the profiled ones)
+    slowed: list[float] = []
     metrics = (out / "metrics.jsonl").open("a") if rank == 0 else None
     try:
         for step in range(start, run["steps"]):
             b = data(step=step, batch_size=batch, seq_len=run["seq"]) if data else example
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            loss = pm.train_step(b, opt)
-            if on_gpu:
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            times.append(dt)
+            density = None
+            k = step - start
+            if every and k >= 2 and (k - 2) % every == 0:  # after two warm-up steps, then every `every`
+                loss, busy, dt = efficiency.profiled(lambda: pm.train_step(b, opt))
+                density = efficiency.stage_density(busy / dt, plan.stage_ranks)
+                densities += [density] if density else []
+                slowed.append(dt)
+            else:
+                t0 = time.perf_counter()
+                loss = pm.train_step(b, opt)
+                if on_gpu:
+                    torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+                times.append(dt)
             mem = torch.cuda.max_memory_allocated() if on_gpu else None
             if metrics is not None:
                 metrics.write(json.dumps({"step": step + 1, "loss": loss, "tokens_per_s": tokens / dt, "step_s": dt,
                                           "memory_bytes": mem,
-                                          "mfu": flops_step / dt / peak_flops if flops_step else None}) + "\n")
+                                          "mfu": flops_step / dt / peak_flops if flops_step else None,
+                                          "compute_density": density, "profiled": density is not None}) + "\n")
                 metrics.flush()
             if ckpt and run["checkpoint_every"] and (step + 1) % run["checkpoint_every"] == 0:
                 _save(pm, opt, ckpt, step + 1)
@@ -223,12 +240,17 @@ def run_cli(args: argparse.Namespace) -> int:
             metrics.close()
     if ckpt:
         _save(pm, opt, ckpt, run["steps"])
-    if rank == 0 and times:
-        measured = statistics.median(times[min(3, len(times) - 1):])
+    if rank == 0 and (times or slowed):
+        measured = statistics.median(times[min(3, len(times) - 1):] or slowed)
+        p = plan.predicted
         report = {"model": source.name, "world_size": world, "steps": run["steps"],
-                  "predicted": {"step_time_s": plan.predicted.step_time_s,
-                                "peak_memory_bytes": max(plan.predicted.peak_memory_bytes)},
-                  "measured": {"step_time_s": measured, "timed_steps": len(times[min(3, len(times) - 1):])}}
+                  "predicted": {"step_time_s": p.step_time_s, "peak_memory_bytes": max(p.peak_memory_bytes),
+                                "mfu": p.mfu, "compute_density": list(p.compute_density) or None},
+                  "measured": {"step_time_s": measured, "timed_steps": len(times[min(3, len(times) - 1):]),
+                               "mfu": flops_step / measured / peak_flops if flops_step else None,
+                               # per stage, the mean over the profiled steps
+                               "compute_density": [statistics.fmean(d[s] for d in densities)
+                                                   for s in range(len(densities[0]))] if densities else None}}
         (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         plan.report(out / "report.html", run=out)
         print(f"step time predicted {plan.predicted.step_time_s * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "

@@ -272,6 +272,12 @@ class ComputeModel:
             self._rates[dev.kind] = r
         return r
 
+    def matmul_flops(self, rank: int = 0) -> float:
+        """The FLOP/s this model prices a matmul on ``rank``'s device at (its peak times the
+        matmul efficiency): above the stated peak where that peak is a conservative figure
+        (this machine's CPU defaults)."""
+        return 1.0 / self._rate(rank)[0]
+
     # ---------------------------------------------------------------- nodes
     def node_time_s(self, flops: float, nbytes: float, *, rank: int = 0) -> float:
         """Roofline time of one kernel doing ``flops`` and moving ``nbytes``, plus its overhead.

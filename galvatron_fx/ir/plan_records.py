@@ -143,6 +143,15 @@ class PlanPrediction:
     # what the search held each stage's tensors to: the budget less the runtime's fixed reserve
     # (cost_models.memory.tensor_budget_bytes); None in plans written before it was recorded
     tensor_budget_bytes: int | None = None
+    # efficiency (None / empty in plans written before it was predicted): the model's FLOPs per
+    # step (forward and backward at the global batch, recomputation not counted), every device's
+    # peak FLOP/s summed (in the compute dtype; at least the rate its matmuls are priced at), MFU
+    # (the FLOPs over the step time and that peak) and, per stage, compute density (a rank's
+    # compute time, recomputation included, over the step time)
+    model_flops: float | None = None
+    peak_flops: float | None = None
+    mfu: float | None = None
+    compute_density: tuple[float, ...] = ()
 
     @property
     def device_peak_bytes(self) -> tuple[int, ...]:
@@ -153,6 +162,7 @@ class PlanPrediction:
         object.__setattr__(self, "peak_memory_bytes", tuple(self.peak_memory_bytes))
         object.__setattr__(self, "reserved_peak_bytes", tuple(self.reserved_peak_bytes))
         object.__setattr__(self, "breakdown", dict(self.breakdown))
+        object.__setattr__(self, "compute_density", tuple(self.compute_density))
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
@@ -160,4 +170,8 @@ class PlanPrediction:
                 "memory_budget_bytes": self.memory_budget_bytes, "bubble_fraction": self.bubble_fraction,
                 "breakdown": dict(self.breakdown),
                 **({"reserved_peak_bytes": list(self.reserved_peak_bytes)} if self.reserved_peak_bytes else {}),
-                **({"tensor_budget_bytes": self.tensor_budget_bytes} if self.tensor_budget_bytes is not None else {})}
+                **({"tensor_budget_bytes": self.tensor_budget_bytes} if self.tensor_budget_bytes is not None else {}),
+                **({"model_flops": self.model_flops} if self.model_flops is not None else {}),
+                **({"peak_flops": self.peak_flops} if self.peak_flops is not None else {}),
+                **({"mfu": self.mfu} if self.mfu is not None else {}),
+                **({"compute_density": list(self.compute_density)} if self.compute_density else {})}

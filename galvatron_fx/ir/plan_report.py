@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds, format_table
-from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction
+from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
 from galvatron_fx.ir.strategy import LayerStrategy
 
 if TYPE_CHECKING:
@@ -167,6 +167,37 @@ def explain(plan: ParallelPlan, layer: str | None = None, alternative: str | Lay
     return _explain_plan(plan)
 
 
+# what a step spends beyond its compute, by the name explain gives it (PlanPrediction.breakdown's keys)
+LOSSES = (("bubble", "pipeline bubble"), ("comm", "exposed communication"), ("transition", "resharding between layers"),
+          ("recompute", "recomputation"), ("optimizer", "optimizer step"))
+
+
+def efficiency_losses(p: PlanPrediction) -> list[tuple[str, float]]:
+    """The step's losses of efficiency (:data:`LOSSES` present in the breakdown), largest first."""
+    return sorted(((name, float(p.breakdown[k])) for k, name in LOSSES if p.breakdown.get(k, 0.0) > 0),
+                  key=lambda kv: -kv[1])
+
+
+def efficiency_line(p: PlanPrediction) -> str | None:
+    """``efficiency: MFU 38.2%, compute density 81% (stage 0) ...; largest loss: ...``, or None
+    for a plan written before efficiency was predicted."""
+    if p.mfu is None and not p.compute_density:
+        return None
+    parts = []
+    if p.mfu is not None:
+        parts.append(f"MFU {p.mfu * 100:.1f}%" + (f" ({p.model_flops / 1e12:.3g} TFLOP per step over "
+                                                   f"{p.peak_flops / 1e12:.3g} TFLOP/s of peak)"
+                                                   if p.model_flops is not None and p.peak_flops else ""))
+    if p.compute_density:
+        parts.append("compute density " + ", ".join(f"{d * 100:.0f}% (stage {s})" for s, d in enumerate(p.compute_density)))
+    losses = efficiency_losses(p)
+    text = "efficiency: " + ", ".join(parts)
+    if losses and p.step_time_s > 0:
+        text += "; largest loss: " + ", then ".join(
+            f"{name} {fmt_seconds(t)} ({t / p.step_time_s * 100:.0f}% of the step)" for name, t in losses[:2])
+    return text
+
+
 def _nodes(plan: ParallelPlan) -> str:
     """`` (2 nodes × 4)`` when the plan's cluster has several nodes."""
     cluster = plan.cluster or {}
@@ -234,6 +265,8 @@ def _explain_plan(plan: ParallelPlan) -> str:
                    + ", ".join(f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.reserved_peak_bytes))
     if p.breakdown:
         out.append("  breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in p.breakdown.items()))
+    if (eff := efficiency_line(p)) is not None:
+        out.append("  " + eff)
     if plan.baseline:
         name, t = plan.baseline.get("name", "baseline"), plan.baseline.get("step_time_s")
         if isinstance(t, (int, float)) and t > 0 and p.step_time_s > 0:

@@ -385,7 +385,8 @@ def _parse_plan(data: Any) -> dict[str, Any]:
     for key in _OPTIONAL_TOP_KEYS:
         if d.get(key) is not None and not isinstance(d[key], dict):
             raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
-    pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes", "tensor_budget_bytes"))
+    pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes", "tensor_budget_bytes", "model_flops", "peak_flops", "mfu",
+                                                                 "compute_density"))
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
@@ -425,6 +426,11 @@ def _parse_plan(data: Any) -> dict[str, Any]:
                 for s, x in enumerate(_list(pd.get("reserved_peak_bytes", []), "predicted.reserved_peak_bytes"))),
             tensor_budget_bytes=None if pd.get("tensor_budget_bytes") is None else _int(
                 pd["tensor_budget_bytes"], "predicted.tensor_budget_bytes", lo=0, rng=limits.BYTES),
+            model_flops=None if pd.get("model_flops") is None else _num(pd["model_flops"], "predicted.model_flops"),
+            peak_flops=None if pd.get("peak_flops") is None else _num(pd["peak_flops"], "predicted.peak_flops"),
+            mfu=None if pd.get("mfu") is None else _num(pd["mfu"], "predicted.mfu"),
+            compute_density=tuple(_num(x, f"predicted.compute_density[{s}]") for s, x in
+                                  enumerate(_list(pd.get("compute_density", []), "predicted.compute_density"))),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,

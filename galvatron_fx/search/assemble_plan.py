@@ -41,7 +41,7 @@ from galvatron_fx.ir.plan import (
     graph_hash,
     graph_summary,
 )
-from galvatron_fx.ir.strategy import DPType
+from galvatron_fx.ir.strategy import DPType, Precision
 from galvatron_fx.search.candidates import LayerChoice
 
 
@@ -109,6 +109,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                 labels=dict(x.option.labels) if x.option is not None else {}))
     max_dp = max(lp.dp for lp in layer_plans)
     samples = best.samples
+    flops, peak, mfu, density = _efficiency(mg, cluster, cm, best, precision)
     plan = ParallelPlan(
         model=name, graph_hash=graph_hash(mg), cluster_hash=cluster_hash(cluster), world_size=cluster.world_size,
         cluster=json.loads(cluster.to_json()), graph=graph_summary(mg),
@@ -121,10 +122,35 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                                  throughput_samples_s=samples * best.m / best.step_time_s,
                                  peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
                                  reserved_peak_bytes=tuple(reserved), tensor_budget_bytes=tensor_budget,
-                                 bubble_fraction=best.bubble_fraction, breakdown=best.breakdown),
+                                 bubble_fraction=best.bubble_fraction, breakdown=best.breakdown,
+                                 model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density),
         solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, budget)),
     )
     return plan
+
+
+def _efficiency(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, precision: str
+                ) -> tuple[float | None, float | None, float | None, tuple[float, ...]]:
+    """The model's FLOPs per step (forward and backward of every layer at the global batch,
+    recomputation not counted), the devices' peak FLOP/s summed, MFU (the FLOPs over the step
+    time and that peak) and each stage's compute density (its busiest rank's forward and
+    backward time, recomputation included, over the step time). A device's peak is its stated
+    one in the compute dtype, or the rate the cost model prices its matmuls at where that is
+    higher (a conservative stated figure would put MFU above 1)."""
+    step = best.step_time_s
+    busy = [sum(best.m * (x.fwd_s + x.bwd_s) for st in best.stages[r::best.pp] for x in st.choices)
+            for r in range(best.pp)]
+    density = tuple(b / step for b in busy) if step > 0 else ()
+    if any(layer.costs is None for layer in mg.layers):
+        return None, None, None, density
+    captured = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
+    c = mg.total_costs()
+    flops = float(c.fwd_flops + c.bwd_flops) * best.samples * best.m / captured
+    dtype = Precision.named(precision).compute_dtype
+    priced = getattr(getattr(cm, "compute", None), "matmul_flops", None)
+    peak = sum(max(cluster.device(r).flops(dtype), priced(r) if priced is not None else 0.0)
+               for r in range(cluster.world_size))
+    return flops, peak, (flops / (step * peak) if step > 0 and peak > 0 else None), density
 
 
 def _over_budget_notes(reserved: list[int], budget: int) -> list[str]:

@@ -140,6 +140,7 @@ class LayerChoice:
     optim_s: float = 0.0  # per step: the optimizer step over this layer's parameters on one rank
     bucket_bytes: tuple[int, ...] = ()  # DDP (dp > 1): local gradient bytes per parameter, runtime order
     collectives: tuple[dict, ...] = ()  # what it prices, per micro-batch (LayerPlan.collectives)
+    recompute_s: float = 0.0  # per micro-batch: the forward run again in the backward (in bwd_s)
 
     def step_time_s(self, m: int) -> float:
         return m * (self.fwd_s + self.bwd_s + self.tp_comm_s) + self.dp_comm_s + self.optim_s
@@ -437,7 +438,7 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                 dp_comm_s=dp_comm, memory=mem,
                 in_layout=(opt.input_layout[0] if opt and opt.input_layout else "R"),
                 out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
-                option=opt, optim_s=optim,
+                option=opt, optim_s=optim, recompute_s=max(0.0, (bwd_rc - bwd0) * share),
                 bucket_bytes=tuple(sizes) if dp > 1 and dpt == DPType.DDP else (),
                 collectives=tp_colls + dp_collective_records(dpt, dp, gather_bytes, reduce_bytes, grad_bytes),
             ))

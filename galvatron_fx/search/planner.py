@@ -215,8 +215,10 @@ class _Search:
         busy = [sum(m * (x.fwd_s + x.bwd_s) for st in sts for x in st.choices) for sts in per_rank]
         tp_comm = max(m * sum(x.tp_comm_s for st in sts for x in st.choices) for sts in per_rank)
         transition = max(sum(sum(st.trans_s) for st in sts) for sts in per_rank)
+        recompute = max(m * sum(x.recompute_s for st in sts for x in st.choices) for sts in per_rank)
         breakdown = {"compute": max(busy), "comm": tp_comm + max(syncs) + tied, "transition": transition,
-                     "bubble": bubble * step, "dp_sync": max(syncs) + tied, "optimizer": max(optim)}
+                     "bubble": bubble * step, "dp_sync": max(syncs) + tied, "optimizer": max(optim),
+                     "recompute": recompute}
         return _Candidate(pp, m, schedule, samples, chunks, step + after, bubble, breakdown, v)
 
     def _sync_s(self, chunks: list[_StageResult], devices: int, *, armed: bool) -> float:

@@ -55,6 +55,9 @@ def test_report(demo) -> None:
     m = rep["measured"]
     assert len(m["peak_memory_bytes_per_rank"]) == 4 and all(b > 0 for b in m["peak_memory_bytes_per_rank"])
     assert m["step_time_s"] > 0 and rep["predicted"]["step_time_s"] > 0
+    # MFU: the plan's model FLOPs over each step time and the plan's peak, so their ratio is the steps'
+    assert 0 < m["mfu"] < 1 and 0 < rep["predicted"]["mfu"] <= 1
+    assert m["mfu"] / rep["predicted"]["mfu"] == pytest.approx(rep["predicted"]["step_time_s"] / m["step_time_s"])
     # the budget made the plan differ from the unconstrained one
     assert rep["plan"]["differs_from_unconstrained"], rep["plan"]
     assert rep["plan"]["budget_bytes"] < rep["plan"]["unconstrained"]["peak_memory_bytes"]

@@ -63,10 +63,18 @@ def test_train_resume_and_export(tmp_path):
     assert {"loss", "tokens_per_s", "step_s", "memory_bytes", "mfu"} <= set(lines[0])
     assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the example batch
     assert all(l["tokens_per_s"] > 0 and 0 < l["mfu"] for l in lines)
+    # the third step is profiled: each stage's measured compute density
+    assert [l["profiled"] for l in lines] == [False, False, True, False], lines
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    density = lines[2]["compute_density"]
+    assert len(density) == plan["pp"] and all(0 < d <= 1 for d in density), density
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["measured"]["step_time_s"] > 0 and report["predicted"]["step_time_s"] > 0
+    assert report["measured"]["compute_density"] == density and 0 < report["measured"]["mfu"] < 1
+    assert report["predicted"]["mfu"] == plan["predicted"]["mfu"] > 0
     page = (tmp_path / "out" / "report.html").read_text()  # the run's page, its measurements in it
     assert 'id="pvm"' in page and 'id="step_chart"' in page and 'id="loss_chart"' in page
+    assert "<td>MFU</td>" in page and "<td>compute density (stage 0)</td>" in page
     # a flag overrides the file: 2 more steps, resumed from the checkpoint at step 4
     proc = _torchrun(tmp_path, "--config", "run.toml", "--steps", "6")
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -252,3 +252,30 @@ def test_the_slowdown_can_be_measured_again_for_the_load_of_now(monkeypatch):
     assert now.slowdown == {1: 1.0, 2: 1.5, 4: 2.3} and now.overhead_s == cal.overhead_s
     assert now.measured["cached_slowdown"] == cal.slowdown
     assert efficiency(now, default_local_cpu(2)).overhead_s == pytest.approx(40e-6 * 1.5)
+
+
+def test_compute_density_counts_operators_not_waiting():
+    """A step's compute: the union of its operators' intervals less the communication inside
+    them; time outside every operator (sleeping, blocked) is not computing."""
+    import time
+
+    import torch
+
+    from galvatron_fx.runtime.efficiency import busy_seconds, profiled
+
+    assert busy_seconds([(0, 10), (5, 12), (20, 25)], [(8, 11), (30, 40)]) == pytest.approx(14)
+    assert busy_seconds([(0, 10)], [(0, 10)]) == 0
+    x = torch.randn(256, 256)
+
+    def work(sleep_s):
+        for _ in range(20):
+            x @ x
+        time.sleep(sleep_s)
+        return 7
+
+    out, busy, wall = profiled(lambda: work(0.0))
+    assert out == 7 and 0 < busy <= wall and busy / wall > 0.5, (busy, wall)
+    _, busy_idle, wall_idle = profiled(lambda: work(0.3))
+    assert wall_idle > 0.3 and busy_idle < 0.5 * wall_idle, (busy_idle, wall_idle)
+    # the matmuls take about as long either way: the sleep is what the density leaves out
+    assert busy_idle == pytest.approx(busy, rel=1.0)

@@ -11,6 +11,7 @@ import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cli import main
 from galvatron_fx.cost_models import AnalyticCostModel
+from galvatron_fx.ir.plan_report import LOSSES
 from galvatron_fx.ir.strategy import DPType, Precision
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.baselines import all_baselines
@@ -321,3 +322,47 @@ def test_an_error_after_planning_in_one_process_is_not_a_ranks(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 1 and "galvatron_fx.errors.PlanError: no plan fits" in proc.stderr, proc.stderr[-2000:]
     assert "[rank0]" not in proc.stderr and "alltoall" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mem", [24, 3])
+def test_efficiency_is_predicted_and_its_largest_loss_named(gpt2, rtx, mem):
+    """MFU is the model's FLOPs (6·params·tokens and attention, within 10%) over the step time and
+    the devices' peak; each stage's compute density is its compute over the step time; explain
+    names the largest term of the breakdown beyond compute (the bubble once memory forces a
+    pipeline)."""
+    p = _plan(gpt2, rtx, mem)
+    pr = p.predicted
+    tokens = p.global_batch_size * 1024
+    blocks, hidden = len(gpt2.blocks()), 768
+    approx = 6 * gpt2.num_params * tokens + 3 * blocks * 4 * 1024 * hidden * tokens  # + attention's two matmuls
+    assert pr.model_flops == pytest.approx(approx, rel=0.1), (pr.model_flops, approx)
+    peak = sum(rtx.device(r).flops("bfloat16") for r in range(rtx.world_size))  # (GPUs: below their stated peak)
+    assert pr.peak_flops == pytest.approx(peak, rel=1e-12)
+    assert pr.mfu == pytest.approx(pr.model_flops / (pr.step_time_s * peak), rel=1e-9) and 0 < pr.mfu < 1
+    assert len(pr.compute_density) == p.pp and all(0 < d <= 1 for d in pr.compute_density)
+    assert max(pr.compute_density) == pytest.approx(pr.breakdown["compute"] / pr.step_time_s, rel=1e-9)
+    line = next(l for l in p.explain().splitlines() if "efficiency:" in l)
+    assert f"MFU {pr.mfu * 100:.1f}%" in line
+    names = dict(LOSSES)
+    largest = max((k for k in names if pr.breakdown.get(k, 0) > 0), key=lambda k: pr.breakdown[k])
+    assert line.split("largest loss: ")[1].startswith(names[largest]), line
+    if mem == 3:
+        assert p.pp > 1 and largest == "bubble", line
+    again = gfx.ParallelPlan.from_json(p.to_json()).predicted
+    assert (again.mfu, again.compute_density, again.model_flops) == (pr.mfu, pr.compute_density, pr.model_flops)
+
+
+def test_recomputation_is_its_own_term(gpt2, rtx):
+    """With full recomputation forced, the breakdown's recompute is the forward run again, at
+    most once per micro-batch; none without recomputation."""
+    from galvatron_fx.search.candidates import SearchSpace
+
+    p = _plan(gpt2, rtx, 24, search=SearchSpace(recompute=(Recompute.FULL,), pp=(1,)))
+    again = [lp for lp in p.layers if lp.strategy.recompute == Recompute.FULL]
+    assert again and p.pp == 1
+    fwd = sum(lp.predicted.fwd_s for lp in again)  # (per step: every micro-batch's)
+    blocks = sum(lp.predicted.fwd_s for lp in again if lp.role == "block")
+    # the cost model's recomputed forward: the layers' saved-for-backward part run again, at the
+    # aggregate rate (a head recomputes little of its vocabulary matmul)
+    assert 0.3 * blocks <= p.predicted.breakdown["recompute"] <= 1.05 * fwd, (p.predicted.breakdown, blocks, fwd)
+    assert _plan(gpt2, rtx, 24, search=SearchSpace(recompute=(Recompute.NONE,))).predicted.breakdown["recompute"] == 0
