@@ -13,6 +13,7 @@ matrix weight sharded at tp > 1) and the plan ``compile()`` searches itself; the
 from __future__ import annotations
 
 import copy
+import math
 import time
 
 import pytest
@@ -267,7 +268,15 @@ def _compile_case(family: str, world: int) -> dict:
     sd = pm.state_dict()
     res["unwrap_is_user"] = pm.unwrap() is user  # the trained weights written back into the user's module
     res["unwrap_err"] = max((v - sd[k]).abs().max().item() for k, v in user.state_dict().items())
-    return _param_errors(res, sd)
+    res = _param_errors(res, sd)
+    # one more step, profiled: this rank's compute density, each stage's busiest rank's on rank 0
+    from galvatron_fx.runtime.efficiency import profiled, stage_density
+
+    loss, busy, wall = profiled(lambda: pm.train_step(_batches(family, 8)[0], opt))
+    res["density"] = stage_density(busy / wall, pm.plan.stage_ranks)
+    res["predicted_efficiency"] = (pm.plan.predicted.mfu, list(pm.plan.predicted.compute_density))
+    res["profiled_loss"] = float(loss)
+    return res
 
 
 def _budget_case(family: str, world: int) -> dict:
@@ -533,6 +542,10 @@ def test_hf_compiled_plan_trains_like_one_process(results2, family):
     res = assert_ok(results2, f"{family}/compiled")
     _check(res)
     assert res["unwrap_is_user"] and res["unwrap_err"] == 0.0, res
+    # efficiency: predicted in the plan, measured on a profiled step (one stage: pp1)
+    mfu, density = res["predicted_efficiency"]
+    assert 0 < mfu <= 1 and len(density) == 1 and 0 < density[0] <= 1, res["predicted_efficiency"]
+    assert len(res["density"]) == 1 and 0 < res["density"][0] <= 1 and math.isfinite(res["profiled_loss"]), res
 
 
 @pytest.mark.parametrize("family", ["gpt2", "qwen2"])

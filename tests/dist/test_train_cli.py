@@ -99,13 +99,15 @@ def test_train_resume_and_export(tmp_path):
 
 def _agents(cwd: Path, nodes: int, per_node: int, *args: str) -> list[subprocess.CompletedProcess]:
     """``nodes`` torchrun agents on this host (static rendezvous on loopback), each starting
-    ``per_node`` processes of ``galvatron-fx train``: several nodes as a user launches them."""
+    ``per_node`` processes of ``galvatron-fx train``: several nodes as a user launches them
+    (with an empty hardware-profile cache: the session's may hold a profile of this machine)."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    (cwd / "cache").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GFX_CACHE_DIR": str(cwd / "cache")}
     procs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(r),
          "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", str(port),
