@@ -185,8 +185,9 @@ def efficiency_line(p: PlanPrediction) -> str | None:
         return None
     parts = []
     if p.mfu is not None:
-        parts.append(f"MFU {p.mfu * 100:.1f}%" + (f" ({p.model_flops / 1e12:.3g} TFLOP per step over "
-                                                   f"{p.peak_flops / 1e12:.3g} TFLOP/s of peak)"
+        peak = f"{p.peak_flops / 1e15:.3g} PFLOP/s" if p.peak_flops and p.peak_flops >= 1e15 else \
+            f"{(p.peak_flops or 0) / 1e12:.3g} TFLOP/s"
+        parts.append(f"MFU {p.mfu * 100:.1f}%" + (f" ({p.model_flops / 1e12:.3g} TFLOP per step over {peak} of peak)"
                                                    if p.model_flops is not None and p.peak_flops else ""))
     if p.compute_density:
         parts.append("compute density " + ", ".join(f"{d * 100:.0f}% (stage {s})" for s, d in enumerate(p.compute_density)))
