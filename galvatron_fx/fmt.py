@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def fmt_count(x: float) -> str:
     """1234567 -> '1.23M'."""
-    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(x) >= div:
             return f"{x / div:.2f}{unit}"
     return f"{x:.0f}"

@@ -134,8 +134,8 @@ def _cluster(run: dict, world: int, on_gpu: bool):
 
 
 def _launched_nodes(world: int) -> int:
-    """How many nodes torchrun started this world as: its agents (``GROUP_WORLD_SIZE``) when each
-    ran the same number of processes, else one."""
+    """How many nodes torchrun started this world as: the world over each agent's processes
+    (``LOCAL_WORLD_SIZE``) when that divides it, else one."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
     return world // local if local and world % local == 0 else 1
 
@@ -156,6 +156,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.api import compile as gfx_compile
     from galvatron_fx.ir.plan import ParallelPlan
+    from galvatron_fx.ir.strategy import Precision
     from galvatron_fx.runtime import efficiency
     from galvatron_fx.search.candidates import SearchSpace
 
@@ -194,8 +195,7 @@ def run_cli(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"resumed from {ckpt} at step {start}", file=sys.stderr)
     tokens = _tokens(example)
-    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[plan.precision]
-    peak_flops = plan.predicted.peak_flops or cluster.device(0).flops(dtype) * world
+    peak_flops = plan.predicted.peak_flops or cluster.device(0).flops(Precision.named(plan.precision).compute_dtype) * world
     flops_step = plan.predicted.model_flops
     if flops_step is None:  # a plan written before it was predicted: the graph, captured at one micro-batch
         graph = getattr(pm, "mg", None)

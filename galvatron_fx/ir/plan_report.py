@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.fmt import fmt_bytes, fmt_seconds, format_table
+from galvatron_fx.fmt import fmt_bytes, fmt_count, fmt_seconds, format_table
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
 from galvatron_fx.ir.strategy import LayerStrategy
 
@@ -185,9 +185,8 @@ def efficiency_line(p: PlanPrediction) -> str | None:
         return None
     parts = []
     if p.mfu is not None:
-        peak = f"{p.peak_flops / 1e15:.3g} PFLOP/s" if p.peak_flops and p.peak_flops >= 1e15 else \
-            f"{(p.peak_flops or 0) / 1e12:.3g} TFLOP/s"
-        parts.append(f"MFU {p.mfu * 100:.1f}%" + (f" ({p.model_flops / 1e12:.3g} TFLOP per step over {peak} of peak)"
+        parts.append(f"MFU {p.mfu * 100:.1f}%" + (f" ({fmt_count(p.model_flops)}FLOP per step over "
+                                                   f"{fmt_count(p.peak_flops)}FLOP/s of peak)"
                                                    if p.model_flops is not None and p.peak_flops else ""))
     if p.compute_density:
         parts.append("compute density " + ", ".join(f"{d * 100:.0f}% (stage {s})" for s, d in enumerate(p.compute_density)))
@@ -385,7 +384,7 @@ def _placements(lp: LayerPlan) -> list[str]:
     n = len(lp.placements)
     labels = lp.labels
     named = [k for k in lp.placements if k in labels and not labels[k].startswith("input ")]
-    params = [k for k in named if k not in labels.values() and " " not in labels[k]]
+    params = [k for k in named if " " not in labels[k]]  # "attn.q_proj.weight"
     ops = [k for k in named if k not in params and not labels[k].endswith(")")]  # "attn.q_proj mm"
     views = [k for k in named if k not in params and k not in ops]  # "attn.q_proj.weight (t)"
     first = params + ops + views

@@ -71,6 +71,7 @@ class _Candidate:
     bubble_fraction: float
     breakdown: dict[str, float]
     virtual_stages: int = 1
+    busy_s: tuple[float, ...] = ()  # per stage: a rank's forward and backward seconds per step
 
 
 def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
@@ -138,9 +139,7 @@ def _efficiency(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidat
     one in the compute dtype, or the rate the cost model prices its matmuls at where that is
     higher (a conservative stated figure would put MFU above 1)."""
     step = best.step_time_s
-    busy = [sum(best.m * (x.fwd_s + x.bwd_s) for st in best.stages[r::best.pp] for x in st.choices)
-            for r in range(best.pp)]
-    density = tuple(b / step for b in busy) if step > 0 else ()
+    density = tuple(b / step for b in best.busy_s) if step > 0 else ()
     if any(layer.costs is None for layer in mg.layers):
         return None, None, None, density
     captured = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1

@@ -219,7 +219,7 @@ class _Search:
         breakdown = {"compute": max(busy), "comm": tp_comm + max(syncs) + tied, "transition": transition,
                      "bubble": bubble * step, "dp_sync": max(syncs) + tied, "optimizer": max(optim),
                      "recompute": recompute}
-        return _Candidate(pp, m, schedule, samples, chunks, step + after, bubble, breakdown, v)
+        return _Candidate(pp, m, schedule, samples, chunks, step + after, bubble, breakdown, v, tuple(busy))
 
     def _sync_s(self, chunks: list[_StageResult], devices: int, *, armed: bool) -> float:
         """Seconds one rank's gradient synchronisation adds to a step: FSDP's exposed collectives
