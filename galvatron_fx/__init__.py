@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "AutoBatch": "galvatron_fx.search.auto_batch",
     "CaptureError": "galvatron_fx.errors",
     "ConfigError": "galvatron_fx.errors",
     "GalvatronError": "galvatron_fx.errors",

@@ -149,7 +149,7 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
 
 
 def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | Mapping[str, Any], *,
-            example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size: int,
+            example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
             search=None, precision: str | None = None, progress: bool | None = None, timeout: float | None = None,
             dump_dir=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
@@ -160,6 +160,10 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     ``example_inputs`` are the model's positional arguments, or a mapping of argument names to
     values (a Hugging Face batch: ``{"input_ids": ..., "labels": ...}``); ``example_kwargs`` more
     keyword arguments. ``train_step`` then takes batches of the same form.
+    ``global_batch_size``: samples per optimizer step; a list of candidates, ``"auto"`` or an
+    :class:`~galvatron_fx.search.auto_batch.AutoBatch` lets the search choose (the largest batch
+    that fits, the fastest in a range, the nearest to a tokens-per-step target): ``train_step``
+    then takes batches of ``pm.global_batch_size`` samples, split into ``pm.num_microbatches``.
     ``loss_fn(output, target)``: for a model that does not return its loss; the last of
     ``example_inputs`` (and of each batch given to ``train_step``) is then the target, and the
     model is called with the others. The search runs on rank 0 and its plan is broadcast.
@@ -272,7 +276,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "
                         f"or re-plan for {world} devices")
-    if plan.global_batch_size != global_batch_size:
+    if isinstance(global_batch_size, int) and plan.global_batch_size != global_batch_size:
         log.warning("the plan's global batch is %d, not %d: running the plan's", plan.global_batch_size,
                     global_batch_size)
     check_hosts(cluster)

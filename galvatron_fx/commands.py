@@ -26,6 +26,20 @@ def _int_tuple(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,4, got {text!r}") from None
 
 
+def batch_spec(text: str) -> int | str:
+    """``--batch``: samples per step (``64``), ``auto`` (the largest batch that fits) or a range
+    ``LO:HI`` (the fastest batch in it); the range stays text until the planner's AutoBatch
+    reads it (:func:`galvatron_fx.search.auto_batch.AutoBatch.parse`)."""
+    t = text.strip().lower()
+    if t == "auto":
+        return t
+    lo, sep, hi = t.partition(":")
+    try:
+        return int(t) if not sep else f"{int(lo)}:{int(hi)}"
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a batch (64), auto, or a range such as 16:256, got {text!r}") from None
+
+
 def _size(text: str) -> int:
     """A byte size: 4096, 4K, 1M, 64MiB."""
     t = text.strip().lower().removesuffix("b").removesuffix("i")
@@ -49,8 +63,14 @@ def add_model(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
                         "returning (model, example_inputs)")
 
 
-def add_shape(p: argparse.ArgumentParser, *, batch_help: str) -> None:
-    p.add_argument("--batch", type=int, default=None, help=batch_help)
+def add_shape(p: argparse.ArgumentParser, *, batch_help: str, auto: bool = False) -> None:
+    if auto:
+        batch_help += ("; auto: the largest that fits at once; LO:HI: the fastest in that range (gradient "
+                       "accumulation allowed)")
+    p.add_argument("--batch", type=batch_spec if auto else int, default=None, help=batch_help)
+    if auto:
+        p.add_argument("--tokens-per-step", type=int, default=None,
+                       help="choose the global batch nearest this many tokens per optimizer step")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
 
 
@@ -84,7 +104,7 @@ def _inspect(p: argparse.ArgumentParser) -> None:
 def _plan(p: argparse.ArgumentParser) -> None:
     add_model(p)
     add_cluster(p)
-    add_shape(p, batch_help="global batch size (default: 8 per device)")
+    add_shape(p, batch_help="global batch size (default: 8 per device)", auto=True)
     add_search(p)
     p.add_argument("--no-baselines", action="store_true", help="skip scoring the hand-written baselines")
     p.add_argument("--ilp-prices", action="store_true",
@@ -133,7 +153,7 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None, help="local-cpu (default), a preset or a cluster JSON")
     p.add_argument("--nodes", type=int, default=None,
                    help="number of nodes of a preset, or of local-cpu (default: the agents torchrun started)")
-    add_shape(p, batch_help="global batch size (default 2 per process)")
+    add_shape(p, batch_help="global batch size (default 2 per process)", auto=True)
     add_search(p)
     p.add_argument("--plan", type=Path, default=None, help="run this saved plan instead of searching")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 20)")

@@ -11,7 +11,9 @@ this rank's device with seed ``seed``; ``data = "module:function"`` gives the ba
 without it every step trains on the model's example batch (a smoke run: the loss falls as the
 model learns that batch). ``cluster`` is ``local-cpu`` (this machine's CPU processes, with its
 cached hardware profile if any: the default on CPU; as many nodes as torchrun started agents,
-or ``nodes``), a preset or a cluster JSON.
+or ``nodes``), a preset or a cluster JSON. ``batch`` is the global batch, or ``"auto"`` (the
+largest that fits at once), ``"LO:HI"`` (the fastest in the range) or ``tokens_per_step`` (the
+batch nearest that target): the search then chooses it and the run trains at its batch.
 
 Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, tokens/s,
 step time, peak CUDA memory allocated — null on CPU —, MFU: the plan's model FLOPs over the step
@@ -42,7 +44,7 @@ from galvatron_fx.errors import ConfigError
 FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "model": (str, None), "hf_config": (str, None), "factory": (str, None), "data": (str, None),
     "cluster": (str, "local-cpu"), "nodes": (int, None),
-    "batch": (int, None), "seq": (int, None), "precision": (str, DEFAULT_PRECISION), "memory": ((int, float), None),
+    "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, DEFAULT_PRECISION), "memory": ((int, float), None),
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
     "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
@@ -154,10 +156,11 @@ def run_cli(args: argparse.Namespace) -> int:
     import torch
 
     from galvatron_fx import model_source
-    from galvatron_fx.api import compile as gfx_compile
+    from galvatron_fx.api import _resized, compile as gfx_compile
     from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.ir.strategy import Precision
     from galvatron_fx.runtime import efficiency
+    from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
 
     run = resolve_run(args)
@@ -167,7 +170,8 @@ def run_cli(args: argparse.Namespace) -> int:
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     cluster = _cluster(run, world, on_gpu)
-    batch = run["batch"] or 2 * world
+    wanted = AutoBatch.parse(run["batch"], run["tokens_per_step"])  # an int, or the search chooses
+    batch = wanted if isinstance(wanted, int) else 2 * world
     torch.manual_seed(run["seed"])
     model, inputs, kwargs = model_source.build(source, batch_size=batch, seq_len=run["seq"], device=device)
     example = kwargs if kwargs else inputs
@@ -176,15 +180,19 @@ def run_cli(args: argparse.Namespace) -> int:
                         pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"])
     budget = int(run["memory"] * 2**30) if run["memory"] is not None else None
     given = ParallelPlan.load(run["plan"]) if run["plan"] else None
-    pm = gfx_compile(model, cluster, example, global_batch_size=batch, memory_budget=budget, search=space,
+    pm = gfx_compile(model, cluster, example, global_batch_size=wanted or batch, memory_budget=budget, search=space,
                      plan=given, precision=None if given else run["precision"])
     plan = pm.plan
+    if pm.global_batch_size != batch:  # the searched batch (or a given plan's): the example grows or shrinks to it
+        batch = pm.global_batch_size
+        inputs, kwargs = _resized(tuple(inputs), dict(kwargs or {}), batch)
+        example = kwargs if kwargs else inputs
     out = Path(run["out"])
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
-        print(f"training {source.name} for {run['steps']} steps on {world} processes; metrics in "
-              f"{out / 'metrics.jsonl'}", file=sys.stderr)
+        print(f"training {source.name} for {run['steps']} steps on {world} processes, global batch {batch} in "
+              f"{plan.num_microbatches} micro-batch(es); metrics in {out / 'metrics.jsonl'}", file=sys.stderr)
     opt = (torch.optim.AdamW if run["optimizer"] == "adamw" else torch.optim.SGD)(pm.parameters(), lr=run["lr"])
     start = 0
     ckpt = run["checkpoint_dir"]

@@ -252,7 +252,8 @@ class ParallelModule(WeightsOut, DataParallelMixin, nn.Module):
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
         self._dtensor_params = [(ex, k) for ex in self.executors for k in ex.params if k not in ex._local]
         self._bucketers = self._grad_bucketers()
-        self.num_microbatches = plan.num_microbatches
+        # what train_step takes (the plan's; the search's when compile was given an automatic batch)
+        self.global_batch_size, self.num_microbatches = plan.global_batch_size, plan.num_microbatches
 
     # ---- meshes and options -------------------------------------------------------------------
     def mesh(self, dp: int, tp: int) -> DeviceMesh:

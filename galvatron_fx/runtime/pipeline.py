@@ -190,7 +190,7 @@ class PipelineModule(WeightsOut, nn.Module):
             (stage,) = stages
             self.schedule = cls(stage, m, loss_fn=loss_fn, scale_grads=False)
         self._cross_tied = self._cross_chunk_ties()
-        self.num_microbatches = m
+        self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
         self._check_chunks_run(crossing, layout)
 
     @property

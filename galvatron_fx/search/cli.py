@@ -4,6 +4,7 @@
         [--memory 40] [--precision bf16] [--tp 2] [--out plan.json] [--layer blocks.3]
     galvatron-fx plan --hf-config path/to/config.json --batch 64 --seq 4096
     galvatron-fx plan --model mypkg.models:build --batch 32
+    galvatron-fx plan gpt2-small --cluster rtx4090-pcie --batch auto      # or --batch 16:256, --tokens-per-step 131072
 
 Exits 0 when a plan fits; otherwise prints the smallest memory that would fit and what to relax,
 and exits 2.
@@ -19,12 +20,13 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.cluster import Cluster
     from galvatron_fx.commands import DEFAULT_PRECISION
+    from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
     from galvatron_fx.search.planner import plan
 
     source = model_source.resolve(zoo_name=args.zoo_name, hf_config=args.hf_config, factory=args.factory)
     cluster = Cluster.from_spec(args.cluster, args.nodes)
-    batch = args.batch or 8 * cluster.world_size
+    batch = AutoBatch.parse(args.batch, args.tokens_per_step) or 8 * cluster.world_size
     t0 = time.perf_counter()
     # batch 2: a batch that splits over two data-parallel ranks, so that a loss's own data-parallel
     # collectives can be lowered and priced (search/lowered_prices.py); the plan does not depend on it

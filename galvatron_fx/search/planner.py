@@ -63,6 +63,7 @@ from galvatron_fx.ir.plan_report import TEMP_STEPS
 from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.progress import Progress
 from galvatron_fx.search.assemble_plan import _assemble, _Candidate, _StageResult
+from galvatron_fx.search.auto_batch import AutoBatch, search_batches
 from galvatron_fx.search.candidates import (
     LayerChoice,
     NoStrategyError,
@@ -83,8 +84,15 @@ class _Search:
     """One search: shared caches for all (pp, m, schedule) points."""
 
     def __init__(self, mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace,
-                 global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None):
+                 global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None, *,
+                 microbatches: str = "pipeline"):
         self.mg, self.cluster, self.cm, self.space = mg, cluster, cm, space
+        # which micro-batch counts a point may take: "pipeline" — several only with a pipeline;
+        # "accumulate" — also without one (gradient accumulation: a batch larger than memory
+        # holds at once still trains); "fewest" — the fewest the schedule allows (what fits at
+        # once: the automatic batch search's probes)
+        assert microbatches in ("pipeline", "accumulate", "fewest"), microbatches
+        self.microbatches = microbatches
         # the budget is what a device may show in use; the tensors get what its fixed terms leave
         self.global_batch, self.device_budget = global_batch, budget
         self.budget = budget = tensor_budget_bytes(budget, cluster)
@@ -331,7 +339,7 @@ class _Search:
         else:
             vals = [m for m in range(1, min(self.global_batch, self.space.max_microbatches) + 1)
                     if self.global_batch % m == 0]
-            if pp == 1:
+            if pp == 1 and self.microbatches != "accumulate":
                 vals = vals[:1]  # without a pipeline, accumulation only costs time
             else:
                 # a geometric ladder from pp upwards keeps the search short
@@ -344,7 +352,8 @@ class _Search:
                 vals = sorted(set(ladder))
         if schedule != "gpipe":
             vals = [m for m in vals if m >= pp]
-        return [m for m in vals if self.global_batch % m == 0]
+        vals = [m for m in vals if self.global_batch % m == 0]
+        return vals[:1] if self.microbatches == "fewest" else vals
 
     def balanced_bounds(self, pp: int, devices: int, samples: int, m: int) -> list[int] | None:
         """Stage starts minimising the largest stage's fastest time (binary search on the cap,
@@ -427,20 +436,27 @@ class _Search:
             bounds, cur = best_move
         return self.polish(cur) if cur is not None else None
 
-    def run(self) -> _Candidate:
+    def run(self, bound_s: float = math.inf, *, first_fit: bool = False) -> _Candidate | None:
+        """The fastest point. With ``bound_s`` only a point faster than it counts (None when none
+        is: points whose lower bound cannot beat it are skipped); with ``first_fit`` the first
+        point that fits is returned (a feasibility probe). Without a bound, ``PlanError`` saying
+        the smallest memory that would fit when no point does."""
         best: _Candidate | None = None
         # more micro-batches first: they shrink the bubble, so a good plan is found early and
-        # the bubble-aware lower bound then skips most of the others
+        # the bubble-aware lower bound then skips most of the others; accumulation without a
+        # pipeline only costs time, so there the fewest come first
         points = [(pp, m, sch) for pp in self.pp_values() for sch in self.space.schedules
-                  for m in sorted(self.m_values(pp, sch), reverse=True)
+                  for m in sorted(self.m_values(pp, sch), reverse=pp > 1)
                   if not (pp == 1 and sch != self.space.schedules[0])]
         bar = Progress(len(points), self.progress, title="search")
         for pp, m, sch in points:
-            cand = self.search_point(pp, m, sch, best.step_time_s if best else math.inf)
-            if cand is not None and (best is None or cand.step_time_s < best.step_time_s):
+            cand = self.search_point(pp, m, sch, min(bound_s, best.step_time_s if best else math.inf))
+            if cand is not None and cand.step_time_s < bound_s and (best is None or cand.step_time_s < best.step_time_s):
                 best = cand
             bar.step(f"pp={pp} m={m} {sch}")
-        if best is None:
+            if first_fit and best is not None:
+                break
+        if best is None and bound_s == math.inf:
             raise PlanError(_why_none(self, points))
         return best
 
@@ -463,7 +479,7 @@ def plan(
     cluster: Cluster,
     example_inputs: Sequence | None = None,
     *,
-    global_batch_size: int | Sequence[int],
+    global_batch_size: int | Sequence[int] | str | AutoBatch,
     memory_budget: int | float | None = None,
     search: SearchSpace | dict | None = None,
     cost_model: CostModel | None = None,
@@ -475,7 +491,11 @@ def plan(
 ) -> ParallelPlan:
     """Search a hybrid-parallel plan for ``model_or_graph`` on ``cluster`` (see module doc).
 
-    ``global_batch_size`` may be a list: the batch with the highest predicted throughput wins.
+    ``global_batch_size`` may be a list: the batch with the highest predicted throughput wins;
+    ``"auto"`` (the largest batch that fits) or an :class:`~galvatron_fx.search.auto_batch.AutoBatch`
+    (a range or a tokens-per-step target, highest throughput) lets the search choose it
+    (:mod:`~galvatron_fx.search.auto_batch`; the plan's notes say why, ``solver_stats["batch_search"]``
+    lists the batches tried).
     ``memory_budget`` is bytes per device (default: the smallest device memory of the cluster);
     ``search`` caps or switches off dimensions (:class:`SearchSpace` or a dict of its fields).
     With ``baselines`` the best hand-written configuration (DDP, ZeRO/FSDP, Megatron tp×pp) is
@@ -484,7 +504,8 @@ def plan(
     from galvatron_fx.capture import capture
 
     t0 = time.perf_counter()
-    batches = _check_batches(global_batch_size)
+    auto = AutoBatch.coerce(global_batch_size)
+    batches = auto or _check_batches(global_batch_size)
     if memory_budget is not None:
         _check_budget(memory_budget)
     space = SearchSpace.coerce(search)
@@ -498,20 +519,13 @@ def plan(
         raise PlanError("the graph has no costs: capture it with annotate=True")
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
-    # several global batches: the one with the highest predicted throughput that fits wins
-    best, s, errors = None, None, []
     cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
-    for gb in batches:
-        search_gb = _Search(mg, cluster, cm, space, gb, budget, progress, cache)
-        try:
-            cand = search_gb.run()
-        except PlanError as e:
-            errors.append(e)
-            continue
-        if best is None or gb / cand.step_time_s > best.samples * best.m / best.step_time_s:
-            best, s = cand, search_gb
-    if best is None:
-        raise errors[0]
+
+    def new_search(gb: int, microbatches: str = "pipeline") -> _Search:
+        return _Search(mg, cluster, cm, space, gb, budget, progress, cache, microbatches=microbatches)
+
+    found = search_batches(new_search, batches, cluster.world_size, mg)
+    best, s = found.best, found.search
     global_batch_size = best.samples * best.m
     search_s = time.perf_counter() - t0
     base = None
@@ -525,11 +539,14 @@ def plan(
     stats = {"search_s": search_s, "points": s.points, "ilp_solves": s.cache.solves, "ilp_s": s.cache.solve_s,
              "chain_solves": s.chain_solves, "dp_frontier_max": s.frontier_max,
              "num_candidates": sum(len(v) for v in s._choices.values())}
+    if found.record is not None:
+        stats["batch_search"] = found.record
     plan = _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)
-    return dataclasses.replace(plan, notes=plan.notes + tuple(unused)) if unused else plan
+    notes = ((found.note,) if found.note else ()) + tuple(unused)
+    return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan
 
 
 def unused_requests(space: SearchSpace, plan: ParallelPlan) -> list[str]:

@@ -68,6 +68,7 @@ CASES = {2: [(f, s) for f in hf_tiny.FAMILIES for s in SPECS if f in FULL_FAMILI
 
 
 COMPILED_FAMILIES = ("gpt2", "llama", "t5", "vit", "opt")  # searched by compile() at world 2
+AUTO_BATCH_FAMILIES = ("llama",)
 BUDGET_FAMILIES = ("gpt2",)  # (tied embedding and head; llama's run took 10 s)
 BACKEND_FAMILIES = ("gpt2", "llama", "vit")  # (t5: compile() searches it at world 2; its backend run, 13 s)
 
@@ -303,6 +304,31 @@ def _budget_case(family: str, world: int) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _auto_batch_case(family: str, world: int) -> dict:
+    """compile() with an automatic batch in [4, 16] under a budget between the peaks of batch 4
+    and batch 16 in one pass (no recompute, no pipeline): the search takes 16 in several
+    micro-batches (gradient accumulation), and train_step runs that split like one process."""
+    import torch
+
+    import galvatron_fx as gfx
+
+    model, batch = hf_tiny.build(family)
+    space = {"pp": (1,), "recompute": ("none",)}
+    cluster = gfx.Cluster.local_cpu(world)
+    mg = gfx.capture(model, (), example_kwargs={k: v[:4] for k, v in batch.items()})
+    peaks = {gb: max(gfx.plan(mg, cluster, global_batch_size=gb, search=space, baselines=False)
+                     .predicted.device_peak_bytes) for gb in (4, 16)}
+    budget = (peaks[4] + peaks[16]) // 2
+    pm = gfx.compile(copy.deepcopy(model), cluster, batch, global_batch_size=gfx.AutoBatch(min_batch=4, max_batch=16),
+                     memory_budget=budget, search=space)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, pm.global_batch_size),
+                 micro=pm.num_microbatches)
+    res.update(batch=pm.global_batch_size, m=pm.num_microbatches, pp=pm.plan.pp, budget=budget,
+               peak=max(pm.plan.predicted.device_peak_bytes), peaks=[peaks[4], peaks[16]], notes=list(pm.plan.notes))
+    return _param_errors(res, pm.state_dict())
+
+
 def _loss_fn_case(family: str, world: int, *, vocab: bool = False) -> dict:
     """``loss_fn=`` on the logits of a model called without labels (target last, positional).
     ``vocab``: searched on latency-free links, where the search picks vocab-parallel
@@ -496,6 +522,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         jobs += [(f"{f}/dp2-ignored", (lambda f=f: _ignored_dp_case(f, world, cache))) for f in ("gpt2", "bert", "t5")]
         jobs.append(("gpt2/loss_fn-vocab", lambda: _loss_fn_case("gpt2", world, vocab=True)))
         jobs += [(f"{f}/tp2-budget", (lambda f=f: _budget_case(f, world))) for f in BUDGET_FAMILIES]
+        jobs += [(f"{f}/auto-batch", (lambda f=f: _auto_batch_case(f, world))) for f in AUTO_BATCH_FAMILIES]
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in COMPILED_FAMILIES]
         jobs += [(f"{f}/loss_fn", (lambda f=f: _loss_fn_case(f, world))) for f in ("gpt2", "qwen2")]
         jobs.append(("stage_failure", lambda: _stage_failure_case(world)))
@@ -580,6 +607,17 @@ def test_a_budget_that_forces_weight_sharding_trains_like_one_process(results2, 
     # some layer keeps fewer parameter bytes than in the plan without a budget, none more
     assert any(t < f for t, f in zip(res["params_tight"], res["params_free"])), res
     assert all(t <= f for t, f in zip(res["params_tight"], res["params_free"])), res
+
+
+@pytest.mark.parametrize("family", AUTO_BATCH_FAMILIES)
+def test_an_automatic_batch_trains_its_micro_batch_split_like_one_process(results2, family):
+    res = assert_ok(results2, f"{family}/auto-batch")
+    _check(res)
+    # the largest batch of the range, which only fits the budget in several micro-batches
+    assert res["peaks"][0] < res["budget"] < res["peaks"][1], res
+    assert res["batch"] == 16 and res["m"] > 1 and res["pp"] == 1, res
+    assert res["peak"] <= res["budget"], res
+    assert any("chosen automatically" in n for n in res["notes"]), res
 
 
 def test_searched_vocab_parallel_loss_fn_trains_like_one_process(results2):
