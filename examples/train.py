@@ -41,11 +41,17 @@ MiB = 2**20
 WARMUP_STEPS = 3  # steps left out of the timing median (first-call overheads)
 
 
+def _batch(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt-tiny", help="zoo model name (default gpt-tiny)")
     p.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
-    p.add_argument("--global-batch", type=int, default=16, help="samples per step over all ranks (default 16)")
+    p.add_argument("--global-batch", type=_batch, default=16,
+                   help="samples per step over all ranks (default 16), or auto: the largest the memory budget "
+                        "holds at once (the budget then comes from the unconstrained plan at 16)")
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sample (default 64)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--budget-fraction", type=float, default=0.65,
@@ -142,6 +148,11 @@ def strategies(plan: ParallelPlan) -> list[str]:
     return [f"{lp.name}: dp{lp.dp}·{lp.strategy.short()}" for lp in plan.layers]
 
 
+def _start_batch(args) -> int:
+    """The batch the model is built and first planned at (16 when the search chooses it)."""
+    return 16 if args.global_batch == "auto" else args.global_batch
+
+
 def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
     """Rank 0: capture, plan unconstrained, then under a budget tight enough to change the plan."""
     search = {"pp": (1,)}
@@ -150,7 +161,7 @@ def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
     t0 = time.perf_counter()
     mg = gfx.capture(model, inputs, name=args.model)
     t_capture = time.perf_counter() - t0
-    free = gfx.plan(mg, cluster, global_batch_size=args.global_batch, search=search, name=args.model)
+    free = gfx.plan(mg, cluster, global_batch_size=_start_batch(args), search=search, name=args.model)
     free_peak = max(free.predicted.peak_memory_bytes)
     print(f"captured {args.model} ({mg.num_params / 1e6:.2f} M parameters, {len(mg.layers)} layers) in "
           f"{t_capture:.1f} s; unconstrained plan: {free.predicted.step_time_s * 1e3:.1f} ms per step, "
@@ -160,11 +171,12 @@ def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
         budget = int(frac * free_peak)
         try:
             p = gfx.plan(mg, cluster, global_batch_size=args.global_batch, memory_budget=budget, search=search,
-                         name=args.model)
+                         name=args.model)  # ("auto": the largest batch this budget holds at once)
         except gfx.PlanError as e:  # nothing fits: keep the last plan that did
             tried.append((frac, f"no plan: {str(e).splitlines()[0]}"))
             break
-        differs = strategies(p) != strategies(free) or p.num_microbatches != free.num_microbatches
+        differs = strategies(p) != strategies(free) or (p.num_microbatches, p.global_batch_size) != (
+            free.num_microbatches, free.global_batch_size)
         tried.append((frac, "differs" if differs else "same as unconstrained"))
         plan = p
         if differs:
@@ -218,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # 2. plan on rank 0, broadcast
         torch.manual_seed(0)
-        model, inputs = zoo.build(args.model, batch_size=args.global_batch, seq_len=args.seq_len, device="cpu", seed=0)
+        model, inputs = zoo.build(args.model, batch_size=_start_batch(args), seq_len=args.seq_len, device="cpu", seed=0)
         t0 = time.perf_counter()
         box = [None]
         if rank == 0:
@@ -234,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # 3. build and train
         t0 = time.perf_counter()
-        pm = gfx.compile(model, cluster, inputs, global_batch_size=args.global_batch, plan=plan)
+        pm = gfx.compile(model, cluster, inputs, global_batch_size=plan.global_batch_size, plan=plan)
         t_compile = time.perf_counter() - t0
         opt = torch.optim.AdamW(pm.parameters(), lr=args.lr)
         vocab = model.config.vocab_size

@@ -10,10 +10,11 @@ Contract
     plan note). Needs no processes; raises ``PlanError`` when no batch fits.
 
 Terms
-    *grid*: the batches considered, the multiples of ``multiple_of`` (default: the largest power
-    of two dividing the world size, so that power-of-two data-parallel degrees split every
-    candidate evenly) within ``[min_batch, max_batch]``; with ``tokens_per_step`` the range is the
-    target's ``± tolerance`` in samples of the captured sequence length.
+    *grid*: the batches considered, the multiples of ``multiple_of`` within ``[min_batch,
+    max_batch]`` (with ``tokens_per_step``, also within the target's ``± tolerance`` in samples of
+    the captured sequence length). Default step: the largest power of two dividing the world size
+    (power-of-two data-parallel degrees then split every candidate evenly), in a bounded range at
+    most an eighth of its width (rounded down to a power of two), so the grid keeps ~8 batches.
     *fits*: some point of the plan search (pipeline degree, micro-batches, per-layer strategies)
     holds every rank within the memory budget.
     *accumulation*: several micro-batches without a pipeline, their gradients summed before one
@@ -25,7 +26,7 @@ Algorithm
     (no gradient accumulation) — then the plan for it searched in full (there the pipeline may
     take more micro-batches, which only lowers memory). Memory grows with the batch, so whether
     a batch fits is monotone on the grid (divisibility aside): gallop ``q, 2q, 4q, …`` with a
-    feasibility probe each (the search stops at its first point that fits), then bisect between
+    feasibility probe each (``_Search.fits``: the least memory of every stage, no DP), then bisect between
     the last batch that fits and the first that does not: ``O(log(max / q))`` probes.
     ``objective="throughput"`` (the default with ``max_batch``): the batch and micro-batch count
     with the highest predicted samples per second in the range, gradient accumulation allowed (a
@@ -66,7 +67,7 @@ class AutoBatch:
     ``min_batch`` / ``max_batch``: the range in samples; ``tokens_per_step``: a target of tokens
     per optimizer step, the range then also within ``tokens_per_step × (1 ± tolerance)`` over the
     model's sequence length (the captured inputs' dim 1); ``multiple_of``: the batch grid
-    (default: the largest power of two dividing the world size).
+    (module doc for the default).
     """
 
     objective: str | None = None
@@ -92,12 +93,17 @@ class AutoBatch:
             object.__setattr__(self, "objective", default)
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"AutoBatch.objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
-        if self.objective == "throughput" and self.max_batch is None and self.tokens_per_step is None:
+        if self.objective == "throughput" and not self.bounded:
             raise ConfigError("AutoBatch(objective='throughput') needs a bound: with gradient accumulation any batch "
                               "fits and a larger one is rarely slower per sample; pass max_batch= or "
                               "tokens_per_step=, or objective='largest' for the largest batch that fits at once")
         if self.objective == "tokens" and self.tokens_per_step is None:
             raise ConfigError("AutoBatch(objective='tokens') needs tokens_per_step=, the target per optimizer step")
+
+    @property
+    def bounded(self) -> bool:
+        """Whether ``max_batch`` or a token target bounds the range."""
+        return self.max_batch is not None or self.tokens_per_step is not None
 
     @classmethod
     def parse(cls, batch: int | str | None, tokens_per_step: int | None = None) -> int | AutoBatch | None:
@@ -139,7 +145,6 @@ class AutoBatch:
     def range(self, world: int, tokens_per_sample: int | None) -> tuple[int, int, int]:
         """``(lo, hi, q)``: the grid's first and last batch and its step, for ``world`` devices
         (``ConfigError`` when the range holds no multiple of ``q``)."""
-        q = self.multiple_of or (world & -world)
         lo, hi = self.min_batch, self.max_batch or limits.BATCH.hi
         if self.tokens_per_step is not None:
             if not tokens_per_sample:
@@ -148,6 +153,9 @@ class AutoBatch:
             target = self.tokens_per_step / tokens_per_sample
             lo = max(lo, math.ceil(target * (1 - self.tolerance)))
             hi = min(hi, math.floor(target * (1 + self.tolerance)))
+        q = self.multiple_of or (world & -world)
+        if not self.multiple_of and self.bounded and hi > lo:  # a bounded range keeps ~8 grid batches
+            q = min(q, 1 << (max(1, (hi - lo) // 8).bit_length() - 1))
         first, last = -(-lo // q) * q, hi // q * q
         if first > last:
             what = f"{self.tokens_per_step} tokens per step ± {self.tolerance:.0%}" if self.tokens_per_step else "it"
@@ -279,13 +287,9 @@ def _largest(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRe
     tried: list[dict] = []
 
     def fits(gb: int) -> bool:
-        try:
-            new_search(gb, "fewest").run(first_fit=True)
-        except PlanError:
-            tried.append({"batch": gb, "fits": False})
-            return False
-        tried.append({"batch": gb, "fits": True})
-        return True
+        ok = new_search(gb, "fewest").fits()
+        tried.append({"batch": gb, "fits": ok})
+        return ok
 
     good, bad = None, None
     b = lo

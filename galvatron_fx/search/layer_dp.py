@@ -201,9 +201,12 @@ def solve_chain(problem: ChainProblem, budget_bytes: int, *, mem_resolution_byte
         run = _run_dp(problem.time_s, mems, problem.trans_s, budget, bound=True, resolution=res)
         return _solution(problem, run, min_mem)
 
+    min_mem = _min_mem_with_extra(problem)
+    sizes = np.zeros(problem.num_layers, dtype=np.int64)
+    if min_mem < 0 or min_mem > budget:  # nothing fits: no DP needed to say so
+        return ChainSolution(False, (), math.inf, 0, min_mem, tuple(int(s) for s in sizes))
     best: _DPRun | None = None
     best_key = (math.inf, math.inf)
-    sizes = np.zeros(problem.num_layers, dtype=np.int64)
     for theta, times in _threshold_problems(problem):
         if theta > budget:
             break
@@ -214,7 +217,6 @@ def solve_chain(problem: ChainProblem, budget_bytes: int, *, mem_resolution_byte
         t, m = chain_cost(problem, run.choices)
         if (t, m) < best_key:
             best, best_key = run, (t, m)
-    min_mem = _min_mem_with_extra(problem)
     if best is None:
         return ChainSolution(False, (), math.inf, 0, min_mem, tuple(int(s) for s in sizes))
     return ChainSolution(True, best.choices, best_key[0], int(best_key[1]), min_mem, tuple(int(s) for s in sizes))
@@ -418,6 +420,14 @@ def _forward(
 
 
 
+
+
+def min_memory(problem: ChainProblem) -> int:
+    """The least memory (Σ memory + the largest extra) of any allowed assignment of the chain,
+    ``-1`` when none is allowed: whether it fits a budget, without the DP."""
+    if problem.extra_max_bytes is None:
+        return _min_mem(problem.time_s, problem.mem_bytes, problem.trans_s)
+    return _min_mem_with_extra(problem)
 
 
 def _min_mem_with_extra(problem: ChainProblem) -> int:

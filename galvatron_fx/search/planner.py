@@ -73,7 +73,7 @@ from galvatron_fx.search.candidates import (
     prune_dominated,
     transition_matrix,
 )
-from galvatron_fx.search.layer_dp import ChainProblem, solve_chain
+from galvatron_fx.search.layer_dp import ChainProblem, min_memory, solve_chain
 from galvatron_fx.search.no_plan import _why_none
 
 log = logging.getLogger(__name__)
@@ -146,24 +146,45 @@ class _Search:
         return self._trans[key]
 
     # ---- one stage ------------------------------------------------------------------------------
+    def _problem(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int, *,
+                 trans: bool = True) -> tuple[list[list[LayerChoice]], ChainProblem]:
+        """Layers ``lo..hi`` of a stage as the inter-layer DP's chain (``trans=False``: every
+        transition free, for a memory bound that needs none priced)."""
+        all_choices = [self.pruned(i, devices, samples, m, in_flight) for i in range(lo, hi)]
+        mats: list[np.ndarray | None] = [None]
+        for j in range(1, hi - lo):
+            if not trans:
+                mats.append(np.zeros((len(all_choices[j - 1]), len(all_choices[j]))))
+                continue
+            sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
+            mats.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, sig))
+        problem = ChainProblem(
+            time_s=[np.array([c.step_time_s(m) for c in cs]) for cs in all_choices],
+            mem_bytes=[np.array([c.mem_bytes(in_flight) for c in cs], dtype=np.int64) for cs in all_choices],
+            trans_s=mats,
+            extra_max_bytes=[_round_up(np.array([c.memory.temp_bytes for c in cs], dtype=np.int64), self.temp_step)
+                             for cs in all_choices],
+        )
+        return all_choices, problem
+
+    def chunk_fits(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int, budget: int) -> bool:
+        """Whether some assignment of layers ``lo..hi`` holds a rank within ``budget`` (exact, no
+        DP: the least memory of the chain; with transitions free first, a bound that needs none
+        priced and settles most chunks that do not fit)."""
+        for trans in (False, True):
+            need = min_memory(self._problem(lo, hi, devices, samples, m, in_flight, trans=trans)[1])
+            if not 0 <= need <= budget:
+                return False
+        return True
+
     def stage(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int,
               budget: int | None = None) -> _StageResult:
         budget = self.budget if budget is None else budget
         key = (lo, hi, devices, samples, m, in_flight, budget)
         if key in self._stage:
             return self._stage[key]
-        all_choices = [self.pruned(i, devices, samples, m, in_flight) for i in range(lo, hi)]
-        trans: list[np.ndarray | None] = [None]
-        for j in range(1, hi - lo):
-            sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
-            trans.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, sig))
-        problem = ChainProblem(
-            time_s=[np.array([c.step_time_s(m) for c in cs]) for cs in all_choices],
-            mem_bytes=[np.array([c.mem_bytes(in_flight) for c in cs], dtype=np.int64) for cs in all_choices],
-            trans_s=trans,
-            extra_max_bytes=[_round_up(np.array([c.memory.temp_bytes for c in cs], dtype=np.int64), self.temp_step)
-                             for cs in all_choices],
-        )
+        all_choices, problem = self._problem(lo, hi, devices, samples, m, in_flight)
+        trans = problem.trans_s
         sol = solve_chain(problem, budget, mem_resolution_bytes=self.mem_step)
         self.chain_solves += 1
         self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
@@ -436,29 +457,49 @@ class _Search:
             bounds, cur = best_move
         return self.polish(cur) if cur is not None else None
 
-    def run(self, bound_s: float = math.inf, *, first_fit: bool = False) -> _Candidate | None:
+    def outer_points(self) -> list[tuple[int, int, str]]:
+        """The (pp, micro-batches, schedule) points, in search order: more micro-batches first
+        with a pipeline (they shrink the bubble, so a good plan is found early and the
+        bubble-aware lower bound then skips most of the others); without one, where only
+        accumulation makes more, the fewest first (accumulating only costs time)."""
+        return [(pp, m, sch) for pp in self.pp_values() for sch in self.space.schedules
+                for m in sorted(self.m_values(pp, sch), reverse=pp > 1)
+                if not (pp == 1 and sch != self.space.schedules[0])]
+
+    def run(self, bound_s: float = math.inf) -> _Candidate | None:
         """The fastest point. With ``bound_s`` only a point faster than it counts (None when none
-        is: points whose lower bound cannot beat it are skipped); with ``first_fit`` the first
-        point that fits is returned (a feasibility probe). Without a bound, ``PlanError`` saying
-        the smallest memory that would fit when no point does."""
+        is: points whose lower bound cannot beat it are skipped); without one, ``PlanError``
+        saying the smallest memory that would fit when no point does."""
         best: _Candidate | None = None
-        # more micro-batches first: they shrink the bubble, so a good plan is found early and
-        # the bubble-aware lower bound then skips most of the others; accumulation without a
-        # pipeline only costs time, so there the fewest come first
-        points = [(pp, m, sch) for pp in self.pp_values() for sch in self.space.schedules
-                  for m in sorted(self.m_values(pp, sch), reverse=pp > 1)
-                  if not (pp == 1 and sch != self.space.schedules[0])]
+        points = self.outer_points()
         bar = Progress(len(points), self.progress, title="search")
         for pp, m, sch in points:
             cand = self.search_point(pp, m, sch, min(bound_s, best.step_time_s if best else math.inf))
             if cand is not None and cand.step_time_s < bound_s and (best is None or cand.step_time_s < best.step_time_s):
                 best = cand
             bar.step(f"pp={pp} m={m} {sch}")
-            if first_fit and best is not None:
-                break
         if best is None and bound_s == math.inf:
             raise PlanError(_why_none(self, points))
         return best
+
+    def fits(self) -> bool:
+        """Whether any point holds every rank within the budget at the stage boundaries the
+        search starts from (where it finds a point feasible if it finds it at all: it only moves
+        boundaries of feasible points). A feasibility probe: no chain DP, no step simulated."""
+        for pp, m, sch in self.outer_points():
+            v = _virtual(sch)
+            samples, devices = self.global_batch // m, self.world // pp
+            try:
+                bounds = self.balanced_bounds(pp * v, devices, samples, m)
+            except (NoStrategyError, PlanError):
+                continue
+            if bounds is None:
+                continue
+            edges, in_flight = bounds + [len(self.layers)], self._in_flight(sch, pp, m, v)
+            if all(self.chunk_fits(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v)
+                   for c in range(pp * v)):
+                return True
+        return False
 
 
 def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,

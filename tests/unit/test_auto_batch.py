@@ -38,14 +38,21 @@ def _plan(mg, cluster, batch, mem_gib, **kw):
 
 
 def _fits_at_once(mg, cluster, batch, mem_gib) -> bool:
-    """Whether some plan holds ``batch`` in one pass (the fewest micro-batches its schedule allows)."""
+    """Whether some plan holds ``batch`` in one pass (the fewest micro-batches its schedule
+    allows), asked of the probe and of the full search (every chain solved by the DP): they agree."""
     cm = AnalyticCostModel(cluster, precision=Precision.bf16())
-    s = _Search(mg, cluster, cm, SearchSpace(), batch, int(mem_gib * GiB), False, microbatches="fewest")
+
+    def search():
+        return _Search(mg, cluster, cm, SearchSpace(), batch, int(mem_gib * GiB), False, microbatches="fewest")
+
+    probe = search().fits()
     try:
-        s.run(first_fit=True)
+        search().run()
+        full = True
     except PlanError:
-        return False
-    return True
+        full = False
+    assert probe == full, (batch, mem_gib, probe, full)
+    return probe
 
 
 @pytest.mark.parametrize("mem", [7, 14])
@@ -84,8 +91,11 @@ def test_a_range_takes_the_fastest_batch_and_accumulates_when_memory_is_short(gp
 def test_a_token_target_takes_the_nearest_batch(gpt2, rtx):
     p = _plan(gpt2, rtx, AutoBatch(tokens_per_step=2**17), 7)  # 128 samples of 1,024 tokens
     assert p.global_batch_size == 128 and "131072 tokens per step" in p.notes[0]
-    # 100 samples' worth lies between 96 and 104 on the grid of 8: the faster of the two
+    # the grid keeps ~8 batches of the ±25% range [75, 125]: steps of 4, so 100 samples exactly
     p = _plan(gpt2, rtx, AutoBatch(tokens_per_step=100 * 1024), 7)
+    assert p.global_batch_size == 100 and p.solver_stats["batch_search"]["multiple_of"] == 4
+    # on a grid of 8, 100 samples' worth lies between 96 and 104: the faster of the two
+    p = _plan(gpt2, rtx, AutoBatch(tokens_per_step=100 * 1024, multiple_of=8), 7)
     tried = {t["batch"]: t for t in p.solver_stats["batch_search"]["tried"]}
     assert set(tried) == {96, 104} and p.global_batch_size in tried
     assert tried[p.global_batch_size]["throughput_samples_s"] == max(t["throughput_samples_s"] for t in tried.values())
@@ -119,9 +129,11 @@ def test_bad_automatic_batches_say_what_to_pass(kw, match):
 
 def test_a_range_without_a_grid_batch_says_what_to_widen(gpt2, rtx):
     with pytest.raises(ConfigError, match="holds no multiple of 8"):
-        _plan(gpt2, rtx, AutoBatch(min_batch=9, max_batch=15), 7)
+        _plan(gpt2, rtx, AutoBatch(min_batch=9, max_batch=15, multiple_of=8), 7)
     with pytest.raises(ConfigError, match="holds no multiple of 8"):
-        _plan(gpt2, rtx, AutoBatch(tokens_per_step=10 * 1024, tolerance=0.1), 7)
+        _plan(gpt2, rtx, AutoBatch(tokens_per_step=10 * 1024, tolerance=0.1, multiple_of=8), 7)
+    # by default a narrow range takes a finer grid: [9, 15] has 8 batches of the 8 devices' grid 1
+    assert _plan(gpt2, rtx, AutoBatch(min_batch=9, max_batch=15), 14).solver_stats["batch_search"]["multiple_of"] == 1
 
 
 def test_a_token_target_needs_token_inputs():
