@@ -302,9 +302,12 @@ def _largest(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRe
         else:
             bad = b
             break
-    if good is None:
-        new_search(lo).run()  # raises the PlanError that says what would fit
-        raise AssertionError("a batch that failed its probe fitted in the full search")  # pragma: no cover
+    if good is None:  # not even the smallest at once: in more micro-batches, or the PlanError saying what fits
+        s = new_search(lo)
+        best = s.run()
+        note = (f"global batch {lo} in {best.m} micro-batch(es) chosen automatically: the smallest of the range, "
+                f"which fits only in more micro-batches than its pipeline needs (multiples of {q} from {lo})")
+        return BatchResult(best, s, _record(spec, lo, hi, q, tried), note)
     while bad is not None and bad - good > q:  # largest good, smallest bad on the grid
         mid = (good + bad) // 2 // q * q
         if fits(mid):

@@ -530,6 +530,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         jobs += [(f"{f}/weights_out", (lambda f=f: _weights_out_case(f, world, tmp, cache))) for f in WEIGHTS_OUT]
     else:
         jobs += [(f"{f}/compiled", (lambda f=f: _compile_case(f, world))) for f in ("llama",)]
+        jobs += [(f"{f}/auto-batch", (lambda f=f: _auto_batch_case(f, world))) for f in AUTO_BATCH_FAMILIES]
     run_jobs(rank, tmp, jobs, only_env="GFX_HF_CASES")
 
 
@@ -609,9 +610,10 @@ def test_a_budget_that_forces_weight_sharding_trains_like_one_process(results2, 
     assert all(t <= f for t, f in zip(res["params_tight"], res["params_free"])), res
 
 
+@pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("family", AUTO_BATCH_FAMILIES)
-def test_an_automatic_batch_trains_its_micro_batch_split_like_one_process(results2, family):
-    res = assert_ok(results2, f"{family}/auto-batch")
+def test_an_automatic_batch_trains_its_micro_batch_split_like_one_process(request, world, family):
+    res = assert_ok(request.getfixturevalue(f"results{world}"), f"{family}/auto-batch")
     _check(res)
     # the largest batch of the range, which only fits the budget in several micro-batches
     assert res["peaks"][0] < res["budget"] < res["peaks"][1], res

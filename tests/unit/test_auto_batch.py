@@ -144,6 +144,15 @@ def test_a_token_target_needs_token_inputs():
                  baselines=False)
 
 
+def test_a_smallest_batch_that_needs_more_micro_batches_is_still_a_plan(gpt2, rtx):
+    # at 2.4 GiB not even 8 samples fit in the fewest micro-batches a pipeline allows, but they
+    # fit in more: the plan says so rather than failing
+    p = _plan(gpt2, rtx, "auto", 2.4)
+    assert not _fits_at_once(gpt2, rtx, 8, 2.4)
+    assert p.global_batch_size == 8 and p.pp > 1 and p.num_microbatches > p.pp
+    assert "the smallest of the range, which fits only in more micro-batches" in p.notes[0]
+
+
 def test_nothing_fitting_is_the_smallest_batch_s_plan_error(gpt2, rtx):
     with pytest.raises(PlanError, match="no plan fits"):
         _plan(gpt2, rtx, "auto", 0.5)
