@@ -110,6 +110,7 @@ def _auto_batch(gfx, mg, cluster, cm, gb: int, budget: int, fixed, best) -> dict
            "note": next(n for n in p.notes if "chosen automatically" in n), "search_s": time.perf_counter() - t0}
     if fixed is not None:
         out["throughput_ratio_vs_fixed"] = p.predicted.throughput_samples_s / fixed.predicted.throughput_samples_s
+        out["why"] = why(p, "fixed batch", fixed)
     if best is not None:
         out["throughput_ratio_vs_best_baseline"] = p.predicted.throughput_samples_s / best[1].predicted.throughput_samples_s
     return out
@@ -243,6 +244,8 @@ def main() -> None:
           "baseline and the fixed batch by more than 1%:")
     for w in wins:
         print(f"  {w['model']} {w['cluster']} {w['memory_gib']:.0f} GiB: {w['note']}")
+        if w.get("why"):
+            print(f"      against the fixed batch's plan: {w['why']}")
     path = write_results("plan_quality", {"rows": rows, "min_ratio": min_ratio, "ratio_never_below_1": never_below,
                                           "below_1": below, "auto_batch_wins": wins, "baselines_never_fit": never_fit, "skipped": skipped,
                                           "quick": args.quick, "wall_s": wall, "machine": machine()})

@@ -165,9 +165,15 @@ class Cluster:
     allow_tf32: bool = False
     fingerprint: str | None = None
     schema_version: int = SCHEMA_VERSION
+    # node pairs whose link carries only a share of the inter-node bandwidth: (a, b, factor)
+    # (:mod:`galvatron_fx.topology`; measured by the profiler's slow-link detection)
+    slow_links: tuple[tuple[int, int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        from galvatron_fx.topology import check_slow_links
+
         validate_cluster(self)
+        object.__setattr__(self, "slow_links", check_slow_links(self.slow_links, self.num_nodes))
 
     # ---------------------------------------------------------------- topology helpers
     @property
@@ -194,9 +200,11 @@ class Cluster:
         return min(self.device_specs[k].memory_bytes for k in set(self.node_kinds))
 
     def tier_of(self, ranks: Iterable[int]) -> LinkTier:
-        """The slowest tier a group of ranks spans."""
+        """The slowest tier a group of ranks spans (a slow link between its nodes slows it)."""
+        from galvatron_fx.topology import link_factor, slowed
+
         nodes = {self.node_of(r) for r in ranks}
-        return self.intra_node if len(nodes) <= 1 else self.inter_node
+        return self.intra_node if len(nodes) <= 1 else slowed(self.inter_node, link_factor(self, nodes))
 
     def tier(self, name: TierName | str) -> LinkTier:
         """A tier by name."""
@@ -238,6 +246,7 @@ class Cluster:
             "all_to_all_via_all_gather": self.all_to_all_via_all_gather,
             "allow_tf32": self.allow_tf32,
             "fingerprint": self.fingerprint,
+            **({"slow_links": [list(x) for x in self.slow_links]} if self.slow_links else {}),
         }
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
@@ -470,7 +479,7 @@ def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
 
 _CLUSTER_REQUIRED = {"name", "num_nodes", "devices_per_node", "device_specs", "node_kinds", "intra_node", "inter_node"}
 _CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_all_via_all_gather", "allow_tf32",
-                     "fingerprint"}
+                     "fingerprint", "slow_links"}
 
 
 _DEVICE_OPTIONAL = ("kernel_overhead_s", "layer_overhead_s", "context_bytes", "comm_buffer_bytes", "allocator_factor")
@@ -546,4 +555,11 @@ def _cluster_from_dict(d: Any) -> Cluster:
         allow_tf32=tf32,
         fingerprint=fp,
         schema_version=version,
+        slow_links=_slow_links_from(d.get("slow_links", []), w),
     )
+
+
+def _slow_links_from(raw: Any, w: str) -> tuple:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{w}.slow_links: expected a list of [node a, node b, factor]")
+    return tuple(tuple(x) if isinstance(x, list) else x for x in raw)

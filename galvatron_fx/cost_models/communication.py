@@ -19,7 +19,9 @@ Model, for a group of ``n`` ranks on one tier (latency ``a``, bus bandwidth ``B`
 unless the tier holds a profiled ``CollectiveFit`` for (collective, n), which wins; with a fit for
 another group size ``m`` only, its alpha is kept and its beta rescaled by the ratio of the factors
 above. A group spanning ``k`` nodes with ``g`` ranks on each is costed hierarchically (NCCL-style):
-all-reduce = intra reduce-scatter(S) + inter all-reduce(S/g over k) + intra all-gather(S).
+all-reduce = intra reduce-scatter(S) + inter all-reduce(S/g over k) + intra all-gather(S); its
+inter-node part at the bandwidth of the slowest link between its nodes
+(``Cluster.slow_links``, :mod:`galvatron_fx.topology`).
 On clusters whose ``all_to_all_via_all_gather`` is set (DTensor on CPU meshes), all-to-all is
 costed as the all-gather of the same tensor.
 """
@@ -32,6 +34,7 @@ from collections.abc import Iterable, Sequence
 
 from galvatron_fx.cluster import Cluster, Collective, LinkTier
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.topology import link_factor, slowed
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,8 @@ class CommModel:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._shapes: dict[tuple[int, ...], tuple[int, int, int]] = {}
+        self._shapes: dict[tuple[int, ...], tuple[int, int, int, float]] = {}
+        self._slow_tiers: dict[float, LinkTier] = {}
 
     # ------------------------------------------------------------------ public
     def time_s(self, collective: Collective | str, nbytes: int, ranks: Sequence[int] | int) -> float:
@@ -74,14 +78,14 @@ class CommModel:
             raise ConfigError(f"unknown collective {collective!r}; use one of {[str(c) for c in Collective]}") from None
         if nbytes < 0:
             raise ConfigError(f"nbytes must be >= 0, got {nbytes}")
-        n, k, g = self._group_shape(tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks))
+        n, k, g, factor = self._group_shape(tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks))
         if n <= 1 or nbytes == 0:
             return 0.0
         if coll is Collective.ALL_TO_ALL and self.cluster.all_to_all_via_all_gather:
             coll = Collective.ALL_GATHER
         if k == 1:
             return self.tier_time_s(self.cluster.intra_node, coll, nbytes, n)
-        inter = self.cluster.inter_node
+        inter = self._inter(factor)
         intra = self.cluster.intra_node
         if coll is Collective.P2P:
             return self.tier_time_s(inter, coll, nbytes, 2)
@@ -103,18 +107,28 @@ class CommModel:
         # broadcast: across nodes, then inside each node
         return self.tier_time_s(inter, coll, nbytes, k) + self.tier_time_s(intra, coll, nbytes, g)
 
-    def _group_shape(self, group: tuple[int, ...]) -> tuple[int, int, int]:
-        """``(ranks, nodes spanned, ranks on the busiest node)`` of ``group`` (checked; cached:
-        a search asks about the same few groups many times)."""
+    def _group_shape(self, group: tuple[int, ...]) -> tuple[int, int, int, float]:
+        """``(ranks, nodes spanned, ranks on the busiest node, the share of the inter-node
+        bandwidth its slowest link carries)`` of ``group`` (checked; cached: a search asks about
+        the same few groups many times)."""
         shape = self._shapes.get(group)
         if shape is None:
             if len(set(group)) != len(group):
                 raise ConfigError(f"ranks contain duplicates: {list(group)}")
             per_node = Counter(self.cluster.node_of(r) for r in group)
-            shape = (len(group), len(per_node), max(per_node.values(), default=0))  # the busiest node sets the pace
+            # the busiest node sets the pace, the slowest link between its nodes the bandwidth
+            shape = (len(group), len(per_node), max(per_node.values(), default=0), link_factor(self.cluster, per_node))
             if len(self._shapes) < 4096:
                 self._shapes[group] = shape
         return shape
+
+    def _inter(self, factor: float) -> LinkTier:
+        """The inter-node tier at ``factor`` of its bandwidth (a group across a slow link)."""
+        if factor >= 1.0:
+            return self.cluster.inter_node
+        if factor not in self._slow_tiers:
+            self._slow_tiers[factor] = slowed(self.cluster.inter_node, factor)
+        return self._slow_tiers[factor]
 
     def overlapped_s(self, compute_s: float, comm_s: float) -> float:
         """Wall time of ``compute_s`` and ``comm_s`` run concurrently (with the overlap slowdown).

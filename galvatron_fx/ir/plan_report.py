@@ -253,6 +253,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
         tensors = f"tensors {fmt_bytes(peak)}, device {fmt_bytes(shown)}" if p.reserved_peak_bytes else fmt_bytes(peak)
         out.append(f"  stage {s}: ranks {_ranks(ranks)} ({len(ranks)} devices); {spans}; "
                    f"peak {tensors} / {fmt_bytes(budget)} budget ({_pct(shown, budget)}){flag}")
+    out += layout_lines(plan)
     # ---- predictions
     out += ["", "predicted:",
             f"  step time {fmt_seconds(p.step_time_s)}, throughput {p.throughput_samples_s:.1f} samples/s, "
@@ -281,7 +282,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
 
 
 _TIE_S = 1e-9
-TEMP_STEPS = 32  # the search's layer DP holds temporaries in steps of budget / TEMP_STEPS (planner.py)
+TEMP_STEPS = 32  # the search's layer DP holds temporaries in steps of budget / TEMP_STEPS (outer_search.py)
 
 
 def verdict(chosen: LayerPrediction, chosen_out_s: float, alt: LayerPrediction, alt_out_s: float,
@@ -463,6 +464,22 @@ def run_name(run: list[LayerPlan]) -> str:
     if a and b and a.group(1) == b.group(1):
         return f"{a.group(1)}{a.group(2)}–{b.group(2)} ×{len(run)}"
     return f"{run[0].name}–{run[-1].name} ×{len(run)}"
+
+
+def layout_lines(plan: ParallelPlan) -> list[str]:
+    """Where the stages were laid when the cluster has slow links (:mod:`galvatron_fx.topology`):
+    each stage's nodes and which slow links its groups cross; nothing otherwise."""
+    links = (plan.cluster or {}).get("slow_links") or []
+    if not links:
+        return []
+    node = node_of(plan)
+    nodes = [sorted({node(r) for r in ranks}) for ranks in plan.stage_ranks]
+    inside = [(a, b, f) for a, b, f in links if any(a in ns and b in ns for ns in nodes)]
+    text = "; ".join(f"nodes {a}↔{b} at {f:.0%} of the inter-node bandwidth" for a, b, f in links)
+    where = ("every stage's data-parallel groups stay off them" if not inside else
+             "inside a stage: " + ", ".join(f"{a}↔{b}" for a, b, _ in inside))
+    return [f"  slow links: {text}; stages laid on nodes " + " | ".join(",".join(map(str, ns)) for ns in nodes)
+            + f" ({where})"]
 
 
 def _ranks(ranks) -> str:

@@ -28,6 +28,8 @@ context before the first communicator, and one new communicator's buffers (row `
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import logging
 import os
@@ -53,6 +55,7 @@ from galvatron_fx.profiler.hardware_profile import (
     cache_path,
     current_fingerprint_fields,
     detect_slow_links,
+    slow_node_links,
     profile_from_dict,
 )
 from galvatron_fx.progress import Progress
@@ -409,6 +412,8 @@ def profile_hardware(
             rows, compute_rows, mem_bw, overlap_info, backend=be, device=device, num_nodes=len(host_order), dpn=dpn,
             fingerprint=fp, hosts=host_order, colls_supported=colls,
         )
+        # node pairs whose measured link is slow: the planner lays stages off them
+        cluster = dataclasses.replace(cluster, slow_links=slow_node_links(pair_bw, node_of))
         prof = HardwareProfile(
             fingerprint=fp,
             fingerprint_fields=fields,

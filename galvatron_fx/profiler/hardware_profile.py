@@ -5,7 +5,8 @@ Contract: :class:`HardwareProfile` is what one run of
 :func:`load_profile` reads one back (refusing one measured on other hardware), :func:`cache_path`
 says where a fingerprint's profile is cached. :func:`fit_rows` and :func:`build_cluster` turn
 measurement rows into per (tier, collective, group size) fits and a ``Cluster``;
-:func:`detect_slow_links` reports rank pairs and nodes whose point-to-point bandwidth is low.
+:func:`detect_slow_links` reports rank pairs and nodes whose point-to-point bandwidth is low,
+:func:`slow_node_links` the node pairs the cluster then records as slow links.
 Nothing here runs a collective.
 
 Terms
@@ -44,7 +45,7 @@ from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, 
 from galvatron_fx.limits import load_json
 
 __all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "build_cluster", "cache_path", "current_fingerprint_fields",
-           "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict"]
+           "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict", "slow_node_links"]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -199,6 +200,28 @@ def fit_rows(rows: Iterable[Mapping[str, Any]]) -> dict[TierName, dict[Collectiv
         s, t = zip(*pts)
         out.setdefault(TierName(tier), {}).setdefault(Collective(coll), {})[n] = fit_alpha_beta(s, t)
     return out
+
+
+def slow_node_links(
+    pair_bytes_s: Mapping[tuple[int, int], float],
+    node_of: Callable[[int], int],
+    *,
+    threshold: float = 0.5,
+) -> tuple[tuple[int, int, float], ...]:
+    """Node pairs whose link is below ``threshold`` × the median inter-node pair, each as
+    ``(a, b, factor)`` with ``factor`` its share of that median (``Cluster.slow_links``: the planner
+    then keeps data-parallel groups off it, :mod:`galvatron_fx.topology`). A node pair's bandwidth
+    is the median of its rank pairs'."""
+    per_pair: dict[tuple[int, int], list[float]] = {}
+    for (a, b), bw in pair_bytes_s.items():
+        na, nb = node_of(a), node_of(b)
+        if na != nb:
+            per_pair.setdefault((min(na, nb), max(na, nb)), []).append(bw)
+    if len(per_pair) < 2:
+        return ()
+    bw = {k: statistics.median(v) for k, v in per_pair.items()}
+    med = statistics.median(bw.values())
+    return tuple((a, b, max(1e-3, min(1.0, x / med))) for (a, b), x in sorted(bw.items()) if x < threshold * med)
 
 
 def detect_slow_links(

@@ -2,8 +2,8 @@
 
 Contract: built on every rank of an initialised process group of the plan's world size from the
 user's model, its :class:`~galvatron_fx.ir.graph.ModelGraph` captured at the per-micro-batch
-global shape, and a plan whose stages are contiguous rank blocks (``stage_ranks[s] ==
-range(s·k, (s+1)·k)``, as the planner makes them). ``train_step(batch, optimizer)`` takes the
+global shape, and a plan whose stages split the ranks evenly (``stage_ranks``: contiguous blocks,
+or whole nodes laid off slow links, :mod:`galvatron_fx.topology`). ``train_step(batch, optimizer)`` takes the
 whole global batch (full tensors, identical on every rank; only the first stage reads them) and
 returns the mean loss on every rank, like :meth:`ParallelModule.train_step`.
 
@@ -15,8 +15,8 @@ the loss).
 
 Algorithm:
 
-* Meshes: for every ``(dp, tp)`` shape the plan uses, one ``(pp, dp, tp)`` world mesh
-  (``init_device_mesh`` on every rank, in the same order); a stage's layers use its ``(dp, tp)``
+* Meshes: for every ``(dp, tp)`` shape the plan uses, one ``(pp, dp, tp)`` world mesh over the
+  plan's ``stage_ranks`` (a ``DeviceMesh`` on every rank, in the same order); a stage's layers use its ``(dp, tp)``
   sub-mesh, and the ``pp`` sub-mesh's group (the ranks with this rank's coordinate in every
   stage) carries the stage-to-stage sends.
 * Each chunk is a :class:`~galvatron_fx.runtime.parallel_module.ParallelModule` over its layers
@@ -48,7 +48,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from galvatron_fx.errors import PlanError
@@ -58,6 +58,7 @@ from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.weights import WeightsOut
+from galvatron_fx.topology import runnable
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +72,29 @@ def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], Device
     """This rank's stage, its ``(dp, tp)`` meshes and its ``pp`` group (see module doc)."""
     pp, world = plan.pp, dist.get_world_size()
     k = world // pp
-    if any(tuple(r) != tuple(range(s * k, (s + 1) * k)) for s, r in enumerate(plan.stage_ranks)):
-        raise PlanError(f"stage_ranks {[list(r) for r in plan.stage_ranks]} are not contiguous blocks of {k} ranks; "
-                        "the pipeline runtime needs stage s on ranks s*k .. (s+1)*k-1: re-plan")
+    if sorted(r for ranks in plan.stage_ranks for r in ranks) != list(range(world)) or any(
+            len(r) != k for r in plan.stage_ranks):
+        raise PlanError(f"stage_ranks {[list(r) for r in plan.stage_ranks]} do not split the {world} ranks into {pp} "
+                        f"stages of {k}: re-plan")
+    if not runnable(plan.stage_ranks):
+        raise PlanError(f"stage_ranks {[list(r) for r in plan.stage_ranks]}: each stage's ranks must ascend and the "
+                        "j-th rank of every stage lie above the j-th of the stage before (torch.distributed.pipelining "
+                        "runs stage s on rank s of its pipeline group, whose ranks ascend): re-plan")
     rank = dist.get_rank()
+    layout = torch.tensor(plan.stage_ranks, dtype=torch.int64)  # (pp, k): the ranks in the plan's order
     meshes: dict[tuple[int, int], DeviceMesh] = {}
     pp_group = None
     for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}):
         if dp * tp != k:
             raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
-        key = (id(dist.group.WORLD), pp, dp, tp)  # one per process group and shape, as ParallelModule.mesh
+        # one per process group, shape and layout, as ParallelModule.mesh
+        key = (id(dist.group.WORLD), pp, dp, tp, tuple(map(tuple, plan.stage_ranks)))
         if key not in _WORLD_MESHES:
-            m3 = init_device_mesh(device_type(), (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+            m3 = DeviceMesh(device_type(), layout.reshape(pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
             _WORLD_MESHES[key] = (m3["dp", "tp"], m3["pp"].get_group())
         meshes[(dp, tp)], group = _WORLD_MESHES[key]
         pp_group = pp_group or group
-    return rank // k, meshes, pp_group
+    return next(s for s, ranks in enumerate(plan.stage_ranks) if rank in ranks), meshes, pp_group
 
 
 class _Chunk(nn.Module):

@@ -72,6 +72,7 @@ class _Candidate:
     breakdown: dict[str, float]
     virtual_stages: int = 1
     busy_s: tuple[float, ...] = ()  # per stage: a rank's forward and backward seconds per step
+    stage_ranks: tuple[tuple[int, ...], ...] = ()  # per stage (topology.stage_ranks); () = contiguous blocks
 
 
 def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
@@ -117,7 +118,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
         global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
         stage_boundaries=tuple(st.layers.start for st in best.stages),
-        stage_ranks=tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
+        stage_ranks=best.stage_ranks or tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
         precision=precision, layers=tuple(layer_plans),
         predicted=PlanPrediction(step_time_s=best.step_time_s,
                                  throughput_samples_s=samples * best.m / best.step_time_s,

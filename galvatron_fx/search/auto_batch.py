@@ -3,7 +3,7 @@ micro-batch count) a plan trains with, when the user leaves it to the search.
 
 Contract
     :class:`AutoBatch` says what the user allows (``global_batch_size="auto"`` is
-    ``AutoBatch()``); :func:`search_batches` runs the plan search (``planner._Search``) over the
+    ``AutoBatch()``); :func:`search_batches` runs the plan search (``outer_search._Search``) over the
     candidate batches — a user's list of batches, or the ones an :class:`AutoBatch` allows — and
     returns the best point, its search (caches, statistics) and a record of every batch tried
     (``solver_stats["batch_search"]`` of the plan) with a sentence saying why the batch won (a
@@ -178,8 +178,8 @@ class BatchResult:
     """What :func:`search_batches` found: the best point, the search that found it, the record
     of the batches tried (None for a single given batch) and the sentence saying why."""
 
-    best: Any  # planner._Candidate
-    search: Any  # planner._Search
+    best: Any  # assemble_plan._Candidate
+    search: Any  # outer_search._Search
     record: dict | None = None
     note: str | None = None
 
@@ -187,7 +187,7 @@ class BatchResult:
 def search_batches(new_search, batches: list[int] | AutoBatch, world: int, mg: ModelGraph) -> BatchResult:
     """The best point over the given batches (the highest predicted throughput that fits), or the
     batch an :class:`AutoBatch` picks (module doc). ``new_search(batch, microbatches)`` makes a
-    ``planner._Search`` for one global batch (``microbatches``: ``"pipeline"``, ``"accumulate"``
+    ``outer_search._Search`` for one global batch (``microbatches``: ``"pipeline"``, ``"accumulate"``
     or ``"fewest"``); all share the caller's option cache."""
     if not isinstance(batches, AutoBatch):
         return _throughput(new_search, batches, None, world, mg)

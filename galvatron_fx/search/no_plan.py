@@ -28,7 +28,7 @@ from galvatron_fx.fmt import fmt_bytes
 from galvatron_fx.search.candidates import allowed_tp
 
 if TYPE_CHECKING:
-    from galvatron_fx.search.planner import _Search
+    from galvatron_fx.search.outer_search import _Search
 
 
 def _why_none(search: _Search, points: list) -> str:

@@ -30,7 +30,7 @@ from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.assemble_plan import _assemble, _StageResult
 from galvatron_fx.search.candidates import OptionCache, SearchSpace, transition_s
 from galvatron_fx.search.intra_layer import option_from_placements
-from galvatron_fx.search.planner import _Search
+from galvatron_fx.search.outer_search import _Search
 
 
 def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> ParallelPlan:
@@ -90,11 +90,15 @@ class _Pinned(_Search):
         super().__init__(*args)
         self.plan = plan
 
-    def stage(self, lo, hi, devices, samples, m, in_flight, budget=None):
+    def stage_ranks(self, pp: int):
+        """The plan's own stages' ranks (the order it was laid out in)."""
+        return self.plan.stage_ranks
+
+    def stage(self, lo, hi, devices, samples, m, in_flight, budget=None, ranks=None):
         chosen, trans = [], [0.0]
         for i in range(lo, hi):
             lp = self.plan.layers[i]
-            cands = [c for c in self.choices(i, devices, samples, m)
+            cands = [c for c in self.choices(i, devices, samples, m, ranks)
                      if c.strategy == lp.strategy and c.dp == lp.dp
                      and (dict(c.option.placements) if c.option is not None else {}) == dict(lp.placements)]
             if not cands:
@@ -104,7 +108,7 @@ class _Pinned(_Search):
             if i > lo:
                 prev = self.layers[i - 1]
                 nbytes = int(prev.costs.output_bytes * samples / self.captured_batch)
-                trans.append(m * transition_s(self.cm, chosen[-2], chosen[-1], nbytes, 3, list(range(devices))))
+                trans.append(m * transition_s(self.cm, chosen[-2], chosen[-1], nbytes, 3, list(ranks or range(devices))))
         mem = sum(c.mem_bytes(in_flight) for c in chosen) + max(c.memory.temp_bytes for c in chosen)
         time_s = sum(c.step_time_s(m) for c in chosen) + sum(trans)
         return _StageResult(range(lo, hi), chosen, trans, time_s, mem, in_flight, [[c] for c in chosen], mem)

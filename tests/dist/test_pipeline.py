@@ -28,6 +28,8 @@ CASES = {
     4: {
         "pp2dp2-mixed-zero": ("gpt-tiny", 8, 2, "1f1b", (0, 4), [DP, Z3, Z2, (2, 1, "none", "full"), DP, Z3, DP]),
         "pp2tp2-sp": ("gpt-tiny", 4, 2, "1f1b", (0, 4), (1, 2, "megatron", "none")),
+        # four one-device nodes with a slow link 0-1: stages on nodes {0, 2} and {1, 3}
+        "pp2dp2-off-a-slow-link": ("gpt-tiny", 8, 2, "1f1b", (0, 4), [DP, Z3, DP, (2, 1, "none", "full"), DP, DP, DP]),
     },
     8: {
         "pp2dp2tp2": ("gpt-tiny", 8, 2, "1f1b", (0, 4), [(2, 2, "none", "none"), (2, 2, "none", "none", "zero3"),
@@ -36,6 +38,15 @@ CASES = {
                                                           (4, 1, "none", "none")]),
     },
 }
+
+
+# stage ranks other than contiguous blocks (the planner's topology-aware layouts)
+LAYOUTS = {"pp2dp2-off-a-slow-link": ((0, 2), (1, 3))}
+
+
+def _stage_of(key: str, rank: int, world: int) -> int:
+    layout = LAYOUTS.get(key)
+    return next(s for s, r in enumerate(layout) if rank in r) if layout else rank // (world // 2)
 
 
 def _case(key: str, world: int, cache: dict) -> dict:
@@ -50,6 +61,10 @@ def _case(key: str, world: int, cache: dict) -> dict:
         cache[(name, gbs // m)] = build(name, gbs // m)
     model, mg, _ = cache[(name, gbs // m)]
     plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key, pp=2, boundaries=bounds, schedule=schedule)
+    if key in LAYOUTS:
+        import dataclasses
+
+        plan = dataclasses.replace(plan, stage_ranks=LAYOUTS[key])
     pm = PipelineModule(copy.deepcopy(model), mg, plan)
     ref = copy.deepcopy(model)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
@@ -97,7 +112,8 @@ def _case(key: str, world: int, cache: dict) -> dict:
 
 
 def _errors_case(world: int, cache: dict) -> dict:
-    """A plan whose stages are not contiguous rank blocks is refused on every rank."""
+    """A plan whose stages do not split the ranks evenly, or that puts stage 0 above stage 1, is
+    refused on every rank."""
     import dataclasses
 
     from galvatron_fx.errors import PlanError
@@ -105,12 +121,17 @@ def _errors_case(world: int, cache: dict) -> dict:
 
     model, mg, _ = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
     plan = make_plan(mg, world, (1, 1, "none", "none"), gbs=8, m=2, pp=2, boundaries=(0, 4))
+    out = {}
+    uneven = dataclasses.replace(plan)
+    object.__setattr__(uneven, "stage_ranks", ((0, 1), ()))  # (the plan's own checks refuse it when built)
     swapped = dataclasses.replace(plan, stage_ranks=tuple(reversed(plan.stage_ranks)))
-    try:
-        PipelineModule(model, mg, swapped)
-    except PlanError as e:
-        return {"error_text": str(e)}
-    return {"error_text": ""}
+    for name, bad in (("uneven", uneven), ("swapped", swapped)):
+        try:
+            PipelineModule(model, mg, bad)
+            out[name] = ""
+        except PlanError as e:
+            out[name] = str(e)
+    return out
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
@@ -141,7 +162,7 @@ def _check(results: dict, key: str, world: int) -> None:
     r = assert_ok(results, key)
     for rank, by_case in results.items():
         c = by_case[key]
-        assert c["stage"] == rank // (world // 2)
+        assert c["stage"] == _stage_of(key, rank, world)
         assert max(c["loss_errs"]) <= TOL, f"rank {rank}: losses differ by {c['loss_errs']}"
         assert c["grad_err"] <= TOL, f"rank {rank}: gradients differ by {c['grad_err']} at {c['grad_err_at']}"
         assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters differ by {c['param_err']} at {c['param_err_at']}"
@@ -171,7 +192,9 @@ def test_world8_pipeline_trains_like_one_process(world8, key):
     _check(world8, key, 8)
 
 
-def test_non_contiguous_stages_are_refused(world2):
+def test_stages_the_pipeline_cannot_run_are_refused(world2):
     for rank in world2:
-        text = assert_ok({0: world2[rank]}, "errors")["error_text"]
-        assert "contiguous" in text and "re-plan" in text
+        r = assert_ok({0: world2[rank]}, "errors")
+        assert "do not split the 2 ranks into 2 stages of 1" in r["uneven"] and "re-plan" in r["uneven"]
+        # stage 0 on rank 1: torch.distributed.pipelining runs stage s on its group's rank s
+        assert "must ascend" in r["swapped"] and "re-plan" in r["swapped"]

@@ -149,3 +149,36 @@ def test_two_agents_as_two_nodes_train_as_one_agent(tmp_path):
     assert len(losses[0]) == 3 and losses[0] == losses[1], losses
     page = (two / "out" / "report.html").read_text()
     assert 'class="cross">inter-node<' in page  # four devices on two nodes: some group crosses
+
+
+@pytest.mark.slow
+def test_two_agents_train_with_stages_laid_off_a_slow_link(tmp_path):
+    """Four one-process "nodes" whose link 0-1 is slow, started by two torchrun agents: the plan
+    lays its two stages on nodes {0, 2} and {1, 3} (data-parallel groups off the slow link), the
+    runtime builds its meshes in that order, and the losses are those of the node-major layout
+    (a cluster without the slow link) within fp32 rounding."""
+    import dataclasses
+
+    from galvatron_fx.cluster import Cluster
+
+    runs = {}
+    for name, links in (("slow", ((0, 1, 0.1),)), ("fast", ())):
+        d = tmp_path / name
+        d.mkdir()
+        cluster = Cluster.local_cpu(4, nodes=4, devices_per_node=1)
+        dataclasses.replace(cluster, slow_links=links).to_json(d / "cluster.json")
+        args = ["gpt-tiny", "--batch", "8", "--seq", "32", "--steps", "3", "--lr", "3e-3", "--pp", "2",
+                "--cluster", "cluster.json", "--out", "out"]
+        procs = _agents(d, 2, 2, *args) if name == "slow" else _agents(d, 1, 4, *args)
+        for p in procs:
+            assert p.returncode == 0, p.stderr[-4000:]
+        plan = json.loads((d / "out" / "plan.json").read_text())
+        losses = [json.loads(l)["loss"] for l in (d / "out" / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = (plan, losses, procs[0].stderr)
+    (slow, slow_losses, said), (fast, fast_losses, _) = runs["slow"], runs["fast"]
+    assert slow["stage_ranks"] == [[0, 2], [1, 3]] and fast["stage_ranks"] == [[0, 1], [2, 3]]
+    from galvatron_fx.ir.plan import ParallelPlan
+
+    assert "stages laid on nodes 0,2 | 1,3" in ParallelPlan.load(tmp_path / "slow" / "out" / "plan.json").explain()
+    assert "different hosts" not in said
+    assert len(slow_losses) == 3 and slow_losses == pytest.approx(fast_losses, rel=1e-5), (slow_losses, fast_losses)

@@ -16,7 +16,7 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.search.auto_batch import AutoBatch
 from galvatron_fx.search.candidates import SearchSpace
-from galvatron_fx.search.planner import _Search
+from galvatron_fx.search.outer_search import _Search
 
 GiB = 2**30
 

@@ -1,0 +1,179 @@
+"""Where each rank of a plan sits: slow links between nodes, and the node order that keeps the
+groups a plan communicates most in off them.
+
+Contract
+    ``Cluster.slow_links`` lists node pairs whose link is slower than the inter-node tier, each
+    as ``(node a, node b, factor)`` with ``factor`` in (0, 1] the share of the inter-node bandwidth
+    that link carries (``galvatron-fx profile`` measures them; a cluster JSON may state them).
+    :func:`link_factor` is what a group spanning some nodes gets of the inter-node bandwidth (its
+    slowest link's factor); :func:`slowed` the tier it is priced on. :func:`stage_nodes` lays the
+    nodes on pipeline stages: the order the plan records (``ParallelPlan.stage_ranks``) and the
+    runtime builds its meshes from.
+
+Terms
+    *stage nodes*: with ``pp`` stages over ``N`` nodes and ``pp ≤ N``, each stage spans ``N / pp``
+    whole nodes (only layouts the pipeline runtime can run: :func:`runnable`) and every data-parallel group of a stage (tensor parallelism stays inside a node)
+    spans all of them, so a slow link inside a stage slows its gradient sums every step, while a
+    slow link between two stages carries only the pipeline's activations. With ``pp > N`` each
+    stage lies inside one node and no choice remains.
+
+Algorithm
+    :func:`stage_nodes` searches the partitions of the nodes into ``pp`` equal groups for the one
+    whose slowest in-stage link is fastest (ties: the fewest slow in-stage pairs, then the
+    node-major order), exhaustively over the nodes that touch a slow link (others fill the
+    remaining places in order) when there are few, else greedily. Without slow links it is the
+    node-major order, stage ``s`` on nodes ``s·N/pp …``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from galvatron_fx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from galvatron_fx.cluster import Cluster, LinkTier
+
+_EXHAUSTIVE_NODES = 8  # slow-link nodes searched exhaustively; more are placed greedily
+
+
+def check_slow_links(links: Sequence, num_nodes: int) -> tuple[tuple[int, int, float], ...]:
+    """``links`` as sorted ``(a, b, factor)`` triples with ``a < b``; ``ConfigError`` naming the
+    entry when a node is outside the cluster, a pair repeats or a factor is not in (0, 1]."""
+    out: dict[tuple[int, int], float] = {}
+    for i, link in enumerate(links):
+        w = f"cluster.slow_links[{i}]"
+        if not isinstance(link, (list, tuple)) or len(link) != 3:
+            raise ConfigError(f"{w}: expected [node a, node b, factor], got {link!r}")
+        a, b, f = link
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in (a, b)) or not (0 <= a < num_nodes and
+                                                                                   0 <= b < num_nodes) or a == b:
+            raise ConfigError(f"{w}: nodes must be two different integers in [0, {num_nodes - 1}], got {a!r}, {b!r}")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise ConfigError(f"{w}: factor must be in (0, 1], the share of the inter-node bandwidth the link "
+                              f"carries (0.1: ten times slower), got {f!r}")
+        key = (min(a, b), max(a, b))
+        if key in out:
+            raise ConfigError(f"{w}: the link between nodes {key[0]} and {key[1]} is listed twice")
+        out[key] = float(f)
+    return tuple((a, b, f) for (a, b), f in sorted(out.items()))
+
+
+def link_factor(cluster: Cluster, nodes: Iterable[int]) -> float:
+    """The share of the inter-node bandwidth a group spanning ``nodes`` gets: its slowest link's."""
+    if not cluster.slow_links:
+        return 1.0
+    span = set(nodes)
+    return min((f for a, b, f in cluster.slow_links if a in span and b in span), default=1.0)
+
+
+def slowed(tier: LinkTier, factor: float) -> LinkTier:
+    """``tier`` with ``factor`` of its bandwidth: the formula's bandwidth and every fit's per-byte
+    cost scaled, latencies kept."""
+    if factor >= 1.0:
+        return tier
+    fits = {c: {n: dataclasses.replace(fit, beta_s_per_byte=fit.beta_s_per_byte / factor) for n, fit in per.items()}
+            for c, per in tier.fits.items()}
+    return dataclasses.replace(tier, bandwidth_bytes_s=tier.bandwidth_bytes_s * factor, fits=fits)
+
+
+def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
+    """The nodes of each of ``pp`` stages (module doc); ``pp`` divides the world. With ``pp`` more
+    than the nodes, stage ``s`` lies in node ``s · N / pp`` (one node each, shared in order)."""
+    n = cluster.num_nodes
+    if pp >= n or not cluster.slow_links:
+        if pp >= n:
+            per = pp // n
+            return tuple((s // per,) for s in range(pp))
+        k = n // pp
+        return tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
+    return _best_partition(n, pp, cluster.slow_links)
+
+
+def stage_ranks(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
+    """The ranks of each stage: its nodes' ranks, node by node (with ``pp`` more than the nodes,
+    consecutive blocks of one node's ranks)."""
+    per_stage = cluster.world_size // pp
+    dpn = cluster.devices_per_node
+    nodes = stage_nodes(cluster, pp)
+    if pp >= cluster.num_nodes:
+        share = pp // cluster.num_nodes
+        return tuple(tuple(range(nodes[s][0] * dpn + (s % share) * per_stage,
+                                 nodes[s][0] * dpn + (s % share + 1) * per_stage)) for s in range(pp))
+    return tuple(tuple(r for node in group for r in range(node * dpn, (node + 1) * dpn)) for group in nodes)
+
+
+def _score(groups: Sequence[Sequence[int]], links: tuple[tuple[int, int, float], ...]) -> tuple[float, int]:
+    """(−the slowest in-stage link's factor, slow pairs inside stages): smaller is better."""
+    worst, count = 1.0, 0
+    for g in groups:
+        span = set(g)
+        for a, b, f in links:
+            if a in span and b in span:
+                worst, count = min(worst, f), count + 1
+    return (-worst, count)
+
+
+@lru_cache(maxsize=256)
+def _best_partition(n: int, pp: int, links: tuple[tuple[int, int, float], ...]) -> tuple[tuple[int, ...], ...]:
+    k = n // pp
+    identity = tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
+    best, best_key = identity, (_score(identity, links), 0)
+    touched = sorted({x for a, b, _ in links for x in (a, b)})
+    if len(touched) > _EXHAUSTIVE_NODES:
+        return _greedy(n, pp, links, best)
+    rest = [x for x in range(n) if x not in touched]
+    # every assignment of the touched nodes to stages (stage capacity k), the others filling in order
+    for stages in itertools.product(range(pp), repeat=len(touched)):
+        if any(stages.count(s) > k for s in range(pp)):
+            continue
+        groups = [[t for t, s in zip(touched, stages) if s == g] for g in range(pp)]
+        fill = iter(rest)
+        for g in groups:
+            while len(g) < k:
+                g.append(next(fill))
+        cand = tuple(sorted(tuple(sorted(g)) for g in groups))  # stages by first node, nodes ascending
+        if not runnable(cand):
+            continue
+        key = (_score(cand, links), _moved(cand, identity))
+        if key < best_key:
+            best, best_key = cand, key
+    return best
+
+
+def runnable(stages: Sequence[Sequence[int]]) -> bool:
+    """Whether the pipeline runtime can run stages laid this way (nodes or ranks): each stage's in
+    ascending order, and the ``j``-th of every stage above the ``j``-th of the stage before.
+    ``torch.distributed.pipelining`` puts stage ``s`` on rank ``s`` of its pipeline group, and a
+    process group numbers its ranks in ascending order; a mesh axis whose ranks ascend has
+    coordinates equal to its group's ranks."""
+    return all(list(g) == sorted(g) for g in stages) and all(
+        a < b for s in range(len(stages) - 1) for a, b in zip(stages[s], stages[s + 1]))
+
+
+def _moved(groups: Sequence[Sequence[int]], identity: Sequence[Sequence[int]]) -> int:
+    """Nodes placed off their node-major stage (a tie-break towards the usual layout)."""
+    return sum(len(set(g) - set(i)) for g, i in zip(groups, identity))
+
+
+def _greedy(n: int, pp: int, links: tuple[tuple[int, int, float], ...],
+            start: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """Pairwise swaps between stages while the score improves (many slow links)."""
+    groups = [list(g) for g in start]
+    improved = True
+    while improved:
+        improved = False
+        for s, t in itertools.combinations(range(pp), 2):
+            for i, j in itertools.product(range(len(groups[s])), range(len(groups[t]))):
+                before = _score(groups, links)
+                groups[s][i], groups[t][j] = groups[t][j], groups[s][i]
+                if _score(groups, links) < before:
+                    improved = True
+                else:
+                    groups[s][i], groups[t][j] = groups[t][j], groups[s][i]
+    out = tuple(sorted(tuple(sorted(g)) for g in groups))
+    return out if runnable(out) else start
