@@ -20,9 +20,10 @@ Terms
 Algorithm
     :func:`stage_nodes` searches the partitions of the nodes into ``pp`` equal groups for the one
     whose slowest in-stage link is fastest (ties: the fewest slow in-stage pairs, then the
-    node-major order), exhaustively over the nodes that touch a slow link (others fill the
-    remaining places in order) when there are few, else greedily. Without slow links it is the
-    node-major order, stage ``s`` on nodes ``s·N/pp …``.
+    node-major order), exhaustively over the assignments of the nodes that touch a slow link
+    (others fill the remaining places in order) when there are at most 50,000, else by pairwise
+    swaps from the node-major order. Without slow links, or without whole nodes per stage, the
+    stages are contiguous blocks of ranks (node-major).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from galvatron_fx.errors import ConfigError
 if TYPE_CHECKING:
     from galvatron_fx.cluster import Cluster, LinkTier
 
-_EXHAUSTIVE_NODES = 8  # slow-link nodes searched exhaustively; more are placed greedily
+_EXHAUSTIVE = 50_000  # assignments of slow-link nodes to stages searched exhaustively; more: greedily
 
 
 def check_slow_links(links: Sequence, num_nodes: int) -> tuple[tuple[int, int, float], ...]:
@@ -81,30 +82,21 @@ def slowed(tier: LinkTier, factor: float) -> LinkTier:
     return dataclasses.replace(tier, bandwidth_bytes_s=tier.bandwidth_bytes_s * factor, fits=fits)
 
 
-def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
-    """The nodes of each of ``pp`` stages (module doc); ``pp`` divides the world. With ``pp`` more
-    than the nodes, stage ``s`` lies in node ``s · N / pp`` (one node each, shared in order)."""
-    n = cluster.num_nodes
-    if pp >= n or not cluster.slow_links:
-        if pp >= n:
-            per = pp // n
-            return tuple((s // per,) for s in range(pp))
-        k = n // pp
-        return tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
-    return _best_partition(n, pp, cluster.slow_links)
-
-
 def stage_ranks(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
-    """The ranks of each stage: its nodes' ranks, node by node (with ``pp`` more than the nodes,
-    consecutive blocks of one node's ranks)."""
-    per_stage = cluster.world_size // pp
+    """The ranks of each of ``pp`` stages (``pp`` divides the world): contiguous blocks, unless
+    slow links and whole nodes per stage (``pp`` dividing the nodes) leave a choice (module doc);
+    then each stage's nodes' ranks, node by node."""
+    n, dpn, k = cluster.num_nodes, cluster.devices_per_node, cluster.world_size // pp
+    if not cluster.slow_links or pp >= n or n % pp:
+        return tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
+    groups = _best_partition(n, pp, cluster.slow_links)
+    return tuple(tuple(r for node in g for r in range(node * dpn, (node + 1) * dpn)) for g in groups)
+
+
+def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
+    """The nodes each of ``pp`` stages runs on (:func:`stage_ranks`)."""
     dpn = cluster.devices_per_node
-    nodes = stage_nodes(cluster, pp)
-    if pp >= cluster.num_nodes:
-        share = pp // cluster.num_nodes
-        return tuple(tuple(range(nodes[s][0] * dpn + (s % share) * per_stage,
-                                 nodes[s][0] * dpn + (s % share + 1) * per_stage)) for s in range(pp))
-    return tuple(tuple(r for node in group for r in range(node * dpn, (node + 1) * dpn)) for group in nodes)
+    return tuple(tuple(sorted({r // dpn for r in ranks})) for ranks in stage_ranks(cluster, pp))
 
 
 def _score(groups: Sequence[Sequence[int]], links: tuple[tuple[int, int, float], ...]) -> tuple[float, int]:
@@ -124,7 +116,7 @@ def _best_partition(n: int, pp: int, links: tuple[tuple[int, int, float], ...]) 
     identity = tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
     best, best_key = identity, (_score(identity, links), 0)
     touched = sorted({x for a, b, _ in links for x in (a, b)})
-    if len(touched) > _EXHAUSTIVE_NODES:
+    if pp ** len(touched) > _EXHAUSTIVE:
         return _greedy(n, pp, links, best)
     rest = [x for x in range(n) if x not in touched]
     # every assignment of the touched nodes to stages (stage capacity k), the others filling in order
@@ -162,18 +154,19 @@ def _moved(groups: Sequence[Sequence[int]], identity: Sequence[Sequence[int]]) -
 
 def _greedy(n: int, pp: int, links: tuple[tuple[int, int, float], ...],
             start: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    """Pairwise swaps between stages while the score improves (many slow links)."""
-    groups = [list(g) for g in start]
+    """Many slow links: the better of the node-major and the round-robin layout (stage ``s`` on
+    nodes ``s, s + pp, …``: neighbours apart), then swaps of two nodes between stages while the
+    score improves and the pipeline can run the result."""
+    strided = tuple(tuple(range(s, n, pp)) for s in range(pp))
+    best = min((start, strided), key=lambda g: _score(g, links))
     improved = True
     while improved:
         improved = False
         for s, t in itertools.combinations(range(pp), 2):
-            for i, j in itertools.product(range(len(groups[s])), range(len(groups[t]))):
-                before = _score(groups, links)
+            for i, j in itertools.product(range(len(best[s])), range(len(best[t]))):
+                groups = [list(g) for g in best]
                 groups[s][i], groups[t][j] = groups[t][j], groups[s][i]
-                if _score(groups, links) < before:
-                    improved = True
-                else:
-                    groups[s][i], groups[t][j] = groups[t][j], groups[s][i]
-    out = tuple(sorted(tuple(sorted(g)) for g in groups))
-    return out if runnable(out) else start
+                cand = tuple(sorted(tuple(sorted(g)) for g in groups))
+                if runnable(cand) and _score(cand, links) < _score(best, links):
+                    best, improved = cand, True
+    return best

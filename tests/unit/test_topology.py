@@ -82,6 +82,18 @@ def test_stages_keep_slow_links_between_them(nodes, pp, links):
     assert topology.runnable(groups)  # the pipeline runtime can run it (stage s on its groups' rank s)
 
 
+def test_stages_without_whole_nodes_stay_contiguous_and_many_links_are_placed_greedily():
+    odd = dataclasses.replace(gfx.Cluster.preset("dgx-a100-80g", nodes=3), devices_per_node=4,
+                              slow_links=((0, 1, 0.1),))
+    for pp in (2, 4, 12):  # 3 nodes: stages of 6 and 3 ranks straddle nodes, 12 lie inside them
+        k = 12 // pp
+        assert topology.stage_ranks(odd, pp) == tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
+    links = [(a, a + 1, 0.1) for a in range(0, 16, 2)]  # 16 nodes, 8 slow pairs: greedy
+    groups = topology.stage_nodes(_slow(16, *links), 8)
+    assert topology.runnable(groups) and sorted(n for g in groups for n in g) == list(range(16))
+    assert not any(a in g and b in g for g in groups for a, b, _ in links), groups
+
+
 def test_only_layouts_the_pipeline_runs_count():
     assert topology.runnable(((0, 2), (1, 3))) and topology.runnable(((0, 1), (2, 3)))
     assert not topology.runnable(((1,), (0,)))  # stage 0 above stage 1
