@@ -218,6 +218,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
         f"plan for {plan.model} on {plan.world_size} devices{_nodes(plan)} in {plan.precision}: {layout}",
         f"  schedule {sched}, {plan.num_microbatches} micro-batches, global batch {plan.global_batch_size} "
         f"(micro-batch {plan.micro_batch_size} per data-parallel rank)",
+        *([f"  {plan.grad_comm.describe()}"] if not plan.grad_comm.lossless else []),
         f"  graph {plan.graph_hash[:12]}  cluster {plan.cluster_hash[:12]}  plan {plan.plan_hash()[:12]}",
         "",
     ]

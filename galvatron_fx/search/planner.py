@@ -72,6 +72,7 @@ from galvatron_fx.search.candidates import (
     prune_dominated,
     transition_matrix,
 )
+from galvatron_fx.search.grad_comm_choice import plan_each_grad_comm
 from galvatron_fx.search.layer_dp import ChainProblem, solve_chain
 from galvatron_fx.search.no_plan import _why_none
 
@@ -232,7 +233,7 @@ class _Search:
             for x in reversed(st.choices):
                 t += x.bwd_s + x.tp_comm_s / 2
                 if x.bucketed:
-                    groups.setdefault((x.dp, x.strategy.tp), []).extend((b, t) for b in x.bucket_bytes)
+                    groups.setdefault((x.dp, x.strategy.tp), []).extend(x.bucket_entries(t))
             for (dp, tp), entries in groups.items():
                 total += bucketed_sync_s(self.cm, entries, list(range(devices))[::tp][:dp], t, armed=armed)
         return total
@@ -448,14 +449,16 @@ class _Search:
 def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,
                 budget: int, cache: OptionCache | None = None, name: str | None = None,
                 precision: str = "fp32") -> ParallelPlan:
-    """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``."""
+    """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``;
+    ``space`` allows one gradient communication (:attr:`SearchSpace.grad_comm`)."""
     t0 = time.perf_counter()
     _check_batches(global_batch_size)
     _check_budget(budget)
     s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
-    return _assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name)
+    return dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name),
+                               grad_comm=space.grad_comm)
 
 
 def plan(
@@ -496,6 +499,9 @@ def plan(
         mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
     if any(l.costs is None for l in mg.layers):
         raise PlanError("the graph has no costs: capture it with annotate=True")
+    if len(space.grad_comm_options()) > 1:  # one search per gradient communication allowed
+        return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
+                                   cost_model=cost_model, precision=precision, name=name, progress=progress, baselines=baselines)
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
     # several global batches: the one with the highest predicted throughput that fits wins
@@ -525,7 +531,8 @@ def plan(
     stats = {"search_s": search_s, "points": s.points, "ilp_solves": s.cache.solves, "ilp_s": s.cache.solve_s,
              "chain_solves": s.chain_solves, "dp_frontier_max": s.frontier_max,
              "num_candidates": sum(len(v) for v in s._choices.values())}
-    plan = _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+    plan = dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name),
+                               grad_comm=space.grad_comm)
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)
