@@ -13,7 +13,9 @@ compression — is lossless; every other choice is lossy and only taken where th
 Terms
     *reduce dtype*: the dtype a gradient is cast to for its sum over the data-parallel group; it
     is cast back to the parameter's dtype (fp32) afterwards, so only the sum loses precision,
-    never the stored gradient or the optimizer. A 16-bit sum moves half the bytes of an fp32 one.
+    never the stored gradient or the optimizer. A 16-bit sum moves half the bytes of an fp32 one;
+    an fp16 sum beyond 65504 overflows (under fp16 training the loss scaler then skips the step,
+    as for any overflow), bf16 keeps fp32's range with 8 bits of mantissa.
     *PowerSGD rank* ``r`` (0: off): each DDP gradient matrix ``M`` (``n × m``, a parameter of two
     or more dims viewed as ``(shape[0], rest)``) is summed as its rank-``r`` approximation
     ``P Qᵀ`` — two all-reduces of ``n·r`` and ``m·r`` values instead of ``n·m`` — with error

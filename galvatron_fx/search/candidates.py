@@ -26,7 +26,11 @@ replica sees ``s / dp``):
   layer the search sees the bytes' share of a bucket (the all-reduce of its bytes less that of
   one byte), hidden behind its backward where it fits. ZeRO-2: per micro-batch, a reduce-scatter
   of gradients and an all-gather of parameters; ZeRO-3 the same with a second all-gather for the
-  backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``;
+  backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``.
+  Gradients travel as the search space's one gradient communication says (``space.grad_comm``):
+  summed in its reduce dtype (a 16-bit sum: half the bytes), DDP matrices under PowerSGD as their
+  two factors plus the compression's compute, whose error feedback adds an fp32 copy of each
+  compressed gradient to the layer's memory (:func:`~galvatron_fx.cost_models.grad_sync.wire_entry`);
 - *optimizer*: the optimizer step over the parameters the layer reads on this rank (a tied
   weight once per reader: the runtime keeps a copy per layer), DTensors under FSDP;
 - *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions, or the lowered

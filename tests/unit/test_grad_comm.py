@@ -95,6 +95,13 @@ def test_bf16_sums_are_taken_when_allowed_and_halve_the_priced_bytes(gpt2, tmp_p
     path = bf16.save(tmp_path / "plan.json")
     assert json.loads(path.read_text())["grad_comm"] == {"reduce_dtype": "bfloat16", "powersgd_rank": 0}
     assert gfx.ParallelPlan.load(path) == bf16
+    # re-priced as it is (its gradient communication too), the plan predicts the same step
+    from galvatron_fx.search.price_plan import price_plan
+
+    cm = AnalyticCostModel(cluster, precision=Precision.bf16())
+    again = price_plan(bf16, gpt2, cm)
+    assert again.grad_comm == bf16.grad_comm
+    assert again.predicted.step_time_s == pytest.approx(bf16.predicted.step_time_s, rel=1e-9)
     # forced: the only option allowed
     assert _plan(gpt2, cluster, reduce_dtypes=("bfloat16",)).grad_comm.reduce_dtype == "bfloat16"
 
