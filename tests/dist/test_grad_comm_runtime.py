@@ -1,6 +1,6 @@
 """Gradient communication on real gloo ranks: 16-bit sums and PowerSGD against one process.
 
-One spawn at world 2. bf16 sums (``GradComm(reduce_dtype="bfloat16")``) on plans whose every layer
+One spawn at world 2 and one at world 4 (dp2 × tp2 meshes). bf16 sums (``GradComm(reduce_dtype="bfloat16")``) on plans whose every layer
 reduces its gradients over dp — DDP buckets and FSDP2 ZeRO-2/3 units — of a zoo model (gpt-tiny)
 and a Hugging Face model built from a config (Llama): every step's loss and the parameters after
 ``STEPS`` AdamW steps within bf16's tolerance of the single-process model, the gradients rounded
@@ -226,16 +226,62 @@ def _compiled() -> dict:
             "explain": pm.plan.explain().splitlines()[0]}
 
 
+def _world4() -> dict:
+    """dp2 × tp2 meshes: tensor-parallel shards summed over dp in bf16 (DDP and ZeRO-3 layers)
+    against one process; PowerSGD on the shards (each dp group compresses its own) against
+    uncompressed sums."""
+    import copy
+
+    import torch
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    gbs = 8
+    model, mg, _ = build("gpt-tiny", gbs)
+    spec = [(2, 2, "none", "none", "zero3" if i % 2 else "ddp") for i in range(len(mg.layers))]
+    plan = make_plan(mg, 4, spec, gbs=gbs, m=1, name="gpt-tiny-dp2tp2")
+    batches = _batches(gbs, STEPS)
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    want = []
+    for x, y in batches:
+        loss = ref(x, y)
+        loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        want.append(loss.item())
+    pm = ParallelModule(copy.deepcopy(model), mg, _with(plan, reduce_dtype="bfloat16"))
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    got = [pm.train_step(b, opt) for b in batches]
+    sd, ref_sd = pm.state_dict(), ref.state_dict()
+    res = {"bf16_loss_err": max(abs(a - b) for a, b in zip(got, want)), "ref_loss": want,
+           "bf16_param_err": max((sd[k] - v).abs().max().item() for k, v in ref_sd.items())}
+    ddp = make_plan(mg, 4, (2, 2, "none", "none", "ddp"), gbs=gbs, m=1, name="gpt-tiny-dp2tp2-ddp")
+    for tag, gc in (("plain", {}), ("psgd", {"powersgd_rank": PSGD_RANK})):
+        pm = ParallelModule(copy.deepcopy(model), mg, _with(ddp, **gc))
+        opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+        res[tag] = [pm.train_step(b, opt) for b in batches]
+    return res
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
-    jobs = [("bf16-zoo", _bf16_zoo), ("bf16-hf", _bf16_hf), ("powersgd", _powersgd_curves),
-            ("feedback", _feedback_on_fixed_grads), ("compile", _compiled)]
+    if world == 4:
+        jobs = [("world4", _world4)]
+    else:
+        jobs = [("bf16-zoo", _bf16_zoo), ("bf16-hf", _bf16_hf), ("powersgd", _powersgd_curves),
+                ("feedback", _feedback_on_fixed_grads), ("compile", _compiled)]
     run_jobs(rank, tmp, jobs, only_env="GFX_GRAD_COMM_ONLY")
 
 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory) -> dict:
     return spawn(_worker, 2, tmp_path_factory.mktemp("gradcomm2"))
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory) -> dict:
+    return spawn(_worker, 4, tmp_path_factory.mktemp("gradcomm4"))
 
 
 def test_bf16_sums_train_like_one_process_on_a_zoo_model(world2):
@@ -288,3 +334,12 @@ def test_compile_carries_the_choice_to_every_rank(world2):
     assert set(r["dp"]) == {2} and r["bucket_dtypes"] == ["torch.bfloat16"]
     assert "gradient sums bf16" in r["explain"]
     assert r["losses"][-1] < r["losses"][0], r["losses"]
+
+
+def test_world4_tensor_parallel_shards_sum_in_bf16_and_compress(world4):
+    r = assert_ok(world4, "world4")
+    assert all(world4[k]["world4"]["bf16_loss_err"] == r["bf16_loss_err"] for k in world4), "ranks disagree"
+    assert r["bf16_loss_err"] <= BF16_LOSS_TOL and r["bf16_param_err"] <= BF16_PARAM_TOL, r
+    assert r["ref_loss"][-1] < r["ref_loss"][0] - 0.5, "the model did not train"
+    gap = max(abs(a - b) for a, b in zip(r["psgd"], r["plain"]))
+    assert 0.0 < gap <= PSGD_GAP, f"PowerSGD at dp2 × tp2 differs from uncompressed by up to {gap:.4f}"
