@@ -7,15 +7,16 @@ groups gradients exactly as :func:`galvatron_fx.runtime.buckets.plan_buckets` do
 same order), so the model counts the collectives the runtime launches.
 
 Terms: *entries* are ``(bytes, ready_s)`` per gradient in the order the runtime lists them (last
-layer first; a weight tied across layers once, with its first reader); ``ready_s`` is when the
-last micro-batch's backward has produced it, from the start of that backward (``backward_s`` in
-all). ``bytes`` is the gradient's size as stored (fp32), which decides the buckets; an entry may
-add what it puts on the wire, ``(bytes, ready_s, wire_bytes, p_bytes, q_bytes, extra_s)``
+layer first; a weight tied across layers once, with its first reader); ``ready_s`` is when the last
+micro-batch's backward has produced it, from the start of that backward (``backward_s`` in all).
+``bytes`` is the gradient's size as stored (fp32), which decides the buckets; an entry may add what
+it puts on the wire, ``(bytes, ready_s, wire_bytes, p_bytes, q_bytes, extra_s)``
 (:func:`wire_entry`): ``wire_bytes`` summed whole (in the plan's reduce dtype: half ``bytes`` in
 bf16), and under PowerSGD the factors ``P`` and ``Q`` summed in two further rounds after it, with
-``extra_s`` of compression compute (:class:`~galvatron_fx.ir.grad_comm.GradComm`). A bucket is launched when its last entry is ready (*armed*: as
-:meth:`ParallelModule.train_step` does for a plan without pipeline stages) or, unarmed, all after
-the backward (a pipeline schedule drives the backward; ``sync_grads`` then launches them).
+``extra_s`` of compression compute (:class:`~galvatron_fx.ir.grad_comm.GradComm`). A bucket is
+launched when its last entry is ready (*armed*: as :meth:`ParallelModule.train_step` does for a plan
+without pipeline stages) or, unarmed, all after the backward (a pipeline schedule drives the
+backward; ``sync_grads`` then launches them).
 
 Model: the collectives of one group run one after another (one process group orders them), each
 taking the cost model's all-reduce seconds of its bytes (a bucket: its whole gradients' wire bytes,
@@ -59,7 +60,8 @@ def plan_buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     return out
 
 
-def wire_entry(cm, numel: int, shape: Sequence[int], grad_comm, *, stored_bytes: int = 4) -> tuple[int, int, int, int, float]:
+def wire_entry(cm, numel: int, shape: Sequence[int], grad_comm, *,
+               stored_bytes: int = 4) -> tuple[int, int, int, int, float]:
     """``(bytes, wire_bytes, p_bytes, q_bytes, extra_s)`` of one DDP gradient of ``numel``
     elements (local ``shape``) under ``grad_comm`` (None: fp32, uncompressed): stored at
     ``stored_bytes`` per element, and what it puts on the wire

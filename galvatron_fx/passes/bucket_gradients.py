@@ -10,13 +10,13 @@ buckets, once per step). The graphs are not changed; the runtime builds its buck
 same :func:`plan_buckets` (:class:`~galvatron_fx.runtime.buckets.GradBucketer`) and its FSDP
 units with ``fully_shard``.
 
-Terms: a parameter's *local* bytes are its tensor-parallel shard's, in its storage dtype
-(gradients are kept in fp32 under mixed precision and summed in the plan's reduce dtype, fp32
-unless ``plan.grad_comm`` says otherwise; FSDP gathers parameters in the compute dtype). A DDP
-layer's ``step_dp`` counts the bytes its gradients put on the wire (half under a 16-bit sum; a
+Terms: a parameter's *local* bytes are its tensor-parallel shard's, in its storage dtype (gradients
+are kept in fp32 under mixed precision and summed in the plan's reduce dtype, fp32 unless
+``plan.grad_comm`` says otherwise; FSDP gathers parameters in the compute dtype). A DDP layer's
+``step_dp`` counts the bytes its gradients put on the wire (half under a 16-bit sum; a
 PowerSGD-compressed matrix its two factors, :meth:`~galvatron_fx.ir.grad_comm.GradComm.wire_bytes`);
-the buckets are cut by the gradients' stored bytes, as the runtime cuts them. A tied weight read by several layers joins once, where backward finishes it (its first
-reader in forward order).
+the buckets are cut by the gradients' stored bytes, as the runtime cuts them. A tied weight read by
+several layers joins once, where backward finishes it (its first reader in forward order).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ per dtype (a tensor larger than a bucket goes alone). Buckets fill in the given 
 that pass tensors in the order backward produces them get buckets that are ready together.
 
 The buckets are those :func:`~galvatron_fx.passes.bucket_gradients.plan_buckets` makes (the
-lowering's ``bucket_gradients`` pass names them in the program). This fuses the communication of what neither FSDP2 (which already coalesces a
-layer's reduce-scatter) nor the per-layer DTensor graph buckets: the data-parallel gradient sums
-of plain (DDP-flavour) parameters, which the runtime collects across *all* layers that share a
-data-parallel group (:meth:`ParallelModule.sync_grads`). Every bucket is launched before the
-first is waited on, so the transfers queue back to back.
+lowering's ``bucket_gradients`` pass names them in the program). This fuses the communication of
+what neither FSDP2 (which already coalesces a layer's reduce-scatter) nor the per-layer DTensor
+graph buckets: the data-parallel gradient sums of plain (DDP-flavour) parameters, which the runtime
+collects across *all* layers that share a data-parallel group (:meth:`ParallelModule.sync_grads`).
+Every bucket is launched before the first is waited on, so the transfers queue back to back.
 
 The plan's gradient communication (:class:`~galvatron_fx.ir.grad_comm.GradComm`) applies here:
 a bucket is summed in ``reduce_dtype`` (cast from the gradients' fp32, summed, cast back into

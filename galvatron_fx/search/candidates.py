@@ -39,6 +39,8 @@ replica sees ``s / dp``):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import math
@@ -109,6 +111,20 @@ class LayerChoice:
         return self.memory.persistent_bytes + in_flight * self.memory.activation_bytes
 
 
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gfx_option_caches", default=None)
+
+
+@contextlib.contextmanager
+def shared_option_caches():
+    """Within it, :meth:`OptionCache.for_search` hands every search of one graph and cost model
+    the same cache (the searches of one plan per gradient communication: their ILPs are alike)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 @dataclass
 class OptionCache:
     """Intra-layer ILP solutions, one per (kind, tp, sp); decomposed layers, one per kind."""
@@ -124,6 +140,18 @@ class OptionCache:
     _shares: dict = field(default_factory=dict)
     _inputs: dict = field(default_factory=dict)
     _fqns: dict = field(default_factory=dict)
+
+    @classmethod
+    def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
+                   lowered_prices: bool = False) -> OptionCache:
+        """A new cache, or inside :func:`shared_option_caches` the one for these arguments."""
+        caches = _SHARED.get()
+        if caches is None:
+            return cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
+        key = (id(mg), id(cost_model), vocab_parallel, lowered_prices)
+        if key not in caches:
+            caches[key] = cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
+        return caches[key]
 
     def trace(self, layer: LayerInfo, option: LayerOption | None):
         """The lowered program's collectives and memory of ``layer`` under ``option`` (None:

@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from galvatron_fx.cost_models.base import AnalyticCostModel
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.search.candidates import SearchSpace
+from galvatron_fx.ir.strategy import Precision
+from galvatron_fx.search.candidates import SearchSpace, shared_option_caches
 
 __all__ = ["one_option", "plan_each_grad_comm", "search_each_grad_comm"]
 
@@ -61,4 +63,8 @@ def plan_each_grad_comm(space: SearchSpace, mg, cluster, **plan_kwargs) -> Paral
     communication ``space`` allows, the fastest kept (:func:`search_each_grad_comm`)."""
     from galvatron_fx.search.planner import plan  # the planner calls this module: imported on use
 
-    return search_each_grad_comm(space, lambda sub: plan(mg, cluster, search=sub, **plan_kwargs))
+    if plan_kwargs.get("cost_model") is None:  # one cost model for all: the searches share its ILP solutions
+        precision = Precision.named(plan_kwargs.get("precision", "fp32"))
+        plan_kwargs["cost_model"] = AnalyticCostModel(cluster, precision=precision)
+    with shared_option_caches():
+        return search_each_grad_comm(space, lambda sub: plan(mg, cluster, search=sub, **plan_kwargs))

@@ -500,13 +500,14 @@ def plan(
     if any(l.costs is None for l in mg.layers):
         raise PlanError("the graph has no costs: capture it with annotate=True")
     if len(space.grad_comm_options()) > 1:  # one search per gradient communication allowed
-        return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
-                                   cost_model=cost_model, precision=precision, name=name, progress=progress, baselines=baselines)
+        return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, cost_model=cost_model,
+                                   memory_budget=memory_budget, precision=precision, name=name, progress=progress,
+                                   baselines=baselines)
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
     # several global batches: the one with the highest predicted throughput that fits wins
     best, s, errors = None, None, []
-    cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
+    cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
     for gb in batches:
         search_gb = _Search(mg, cluster, cm, space, gb, budget, progress, cache)
         try:

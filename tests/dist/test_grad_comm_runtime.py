@@ -1,10 +1,11 @@
 """Gradient communication on real gloo ranks: 16-bit sums and PowerSGD against one process.
 
-One spawn at world 2 and one at world 4 (dp2 × tp2 meshes). bf16 sums (``GradComm(reduce_dtype="bfloat16")``) on plans whose every layer
-reduces its gradients over dp — DDP buckets and FSDP2 ZeRO-2/3 units — of a zoo model (gpt-tiny)
-and a Hugging Face model built from a config (Llama): every step's loss and the parameters after
-``STEPS`` AdamW steps within bf16's tolerance of the single-process model, the gradients rounded
-(not equal: the sums really ran in bf16) but within bf16's relative precision, and stored in fp32.
+One spawn at world 2 and one at world 4 (dp2 × tp2 meshes). bf16 sums
+(``GradComm(reduce_dtype="bfloat16")``) on plans whose every layer reduces its gradients over dp —
+DDP buckets and FSDP2 ZeRO-2/3 units — of a zoo model (gpt-tiny) and a Hugging Face model built from
+a config (Llama): every step's loss and the parameters after ``STEPS`` AdamW steps within bf16's
+tolerance of the single-process model, the gradients rounded (not equal: the sums really ran in
+bf16) but within bf16's relative precision, and stored in fp32.
 PowerSGD (rank 2 on gpt-tiny's 128-wide matrices, DDP, AdamW on fresh batches every step) over
 ``PSGD_STEPS`` steps: the loss curve within ``PSGD_GAP`` of uncompressed sums. Error feedback is
 checked on the compressor itself, where it shows plainly: on fixed gradients the running sum of
