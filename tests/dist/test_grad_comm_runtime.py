@@ -1,6 +1,6 @@
 """Gradient communication on real gloo ranks: 16-bit sums and PowerSGD against one process.
 
-One spawn at world 2 and one at world 4 (dp2 × tp2 meshes). bf16 sums
+One spawn at world 2 and one at world 4 (dp2 × tp2 meshes). bf16 (and, on the zoo model, fp16) sums
 (``GradComm(reduce_dtype="bfloat16")``) on plans whose every layer reduces its gradients over dp —
 DDP buckets and FSDP2 ZeRO-2/3 units — of a zoo model (gpt-tiny) and a Hugging Face model built from
 a config (Llama): every step's loss and the parameters after ``STEPS`` AdamW steps within bf16's
@@ -81,7 +81,7 @@ def _bf16_zoo() -> dict:
         ref_opt.zero_grad(set_to_none=True)
     ref_sd = ref.state_dict()
     res: dict = {"ref_loss": want}
-    for tag, gc in (("fp32", {}), ("bf16", {"reduce_dtype": "bfloat16"})):
+    for tag, gc in (("fp32", {}), ("bf16", {"reduce_dtype": "bfloat16"}), ("fp16", {"reduce_dtype": "float16"})):
         pm = ParallelModule(copy.deepcopy(model), mg, _with(plan, **gc))
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
         x, y = batches[0]
@@ -296,6 +296,10 @@ def test_bf16_sums_train_like_one_process_on_a_zoo_model(world2):
     assert r["bf16_loss_err"] <= BF16_LOSS_TOL, f"bf16 sums: loss off by {r['bf16_loss_err']:.2e}"
     assert r["bf16_param_err"] <= BF16_PARAM_TOL, f"bf16 sums: parameters off by {r['bf16_param_err']:.2e}"
     assert r["ref_loss"][-1] < r["ref_loss"][0] - 0.5, "the model did not train: the comparison cannot fail"
+    # fp16 sums: 10 bits of mantissa, a finer rounding than bf16's 7 (its range is the risk, not here)
+    assert r["fp16_bucket_dtypes"] == ["torch.float16"] and r["fp16_fsdp_reduce"] == ["torch.float16"]
+    assert 0.0 < r["fp16_grad_err"] < r["bf16_grad_err"]
+    assert r["fp16_loss_err"] <= BF16_LOSS_TOL and r["fp16_param_err"] <= BF16_PARAM_TOL
 
 
 def test_bf16_sums_train_like_one_process_on_a_hugging_face_model(world2):
