@@ -88,6 +88,8 @@ def diff_dict(plan: ParallelPlan, other: ParallelPlan) -> dict:
         out["predicted"] = pred
     if a["baseline"] != b["baseline"]:
         out.setdefault("plan", {})["baseline"] = [a["baseline"], b["baseline"]]
+    if plan.grad_comm != other.grad_comm:
+        out.setdefault("plan", {})["grad_comm"] = [plan.grad_comm.short(), other.grad_comm.short()]
     return out
 
 

@@ -92,6 +92,7 @@ def test_bf16_sums_are_taken_when_allowed_and_halve_the_priced_bytes(gpt2, tmp_p
         steps16 = [c["bytes"] for c in b.collectives if c.get("phase") == "step"]
         assert [x // 2 for x in steps32] == steps16, a.name
     assert "summed in bf16" in bf16.explain()
+    assert fp32.diff_dict(bf16)["plan"]["grad_comm"] == ["fp32", "bf16"] and "grad_comm: fp32 -> bf16" in fp32.diff(bf16)
     path = bf16.save(tmp_path / "plan.json")
     assert json.loads(path.read_text())["grad_comm"] == {"reduce_dtype": "bfloat16", "powersgd_rank": 0}
     assert gfx.ParallelPlan.load(path) == bf16
