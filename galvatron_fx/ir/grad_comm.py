@@ -19,8 +19,10 @@ Terms
     *PowerSGD rank* ``r`` (0: off): each DDP gradient matrix ``M`` (``n × m``, a parameter of two
     or more dims viewed as ``(shape[0], rest)``) is summed as its rank-``r`` approximation
     ``P Qᵀ`` — two all-reduces of ``n·r`` and ``m·r`` values instead of ``n·m`` — with error
-    feedback (what the approximation missed is added to the next step's gradient). Matrices that
-    would not shrink by half (``(n + m)·r > n·m / 2``) and vectors are summed whole, in the reduce
+    feedback (what the approximation missed is added to the next step's gradient), from step
+    ``powersgd_start_step`` on (plain sums before it, as ``torch.distributed``'s PowerSGD hook's
+    ``start_powerSGD_iter``: early training is the most sensitive to inexact gradients). Matrices
+    that would not shrink by half (``(n + m)·r > n·m / 2``) and vectors are summed whole, in the reduce
     dtype; the factors ``P`` and ``Q`` are always summed in fp32 (their orthogonalisation needs it).
 """
 
@@ -32,12 +34,14 @@ from dataclasses import dataclass
 
 from galvatron_fx.errors import ConfigError
 
-__all__ = ["REDUCE_DTYPES", "GradComm", "compressible", "grad_comm_options"]
+__all__ = ["DEFAULT_POWERSGD_START", "REDUCE_DTYPES", "GradComm", "compressible", "grad_comm_options"]
 
 REDUCE_DTYPES = ("float32", "bfloat16", "float16")
 _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_POWERSGD_RANK = 1024  # beyond this a low-rank sum saves nothing on any real layer
+DEFAULT_POWERSGD_START = 1000  # steps of plain sums first (torch's PowerSGD hook's default)
+MAX_POWERSGD_START = 10**9
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,6 +50,7 @@ class GradComm:
 
     reduce_dtype: str = "float32"
     powersgd_rank: int = 0
+    powersgd_start_step: int = DEFAULT_POWERSGD_START  # (meaningless, and kept at its default, at rank 0)
 
     def __post_init__(self) -> None:
         dtype = str(self.reduce_dtype).removeprefix("torch.")
@@ -55,6 +60,12 @@ class GradComm:
         r = self.powersgd_rank
         if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= MAX_POWERSGD_RANK:
             raise ConfigError(f"PowerSGD rank {r!r} must be an integer in 0..{MAX_POWERSGD_RANK} (0: no compression)")
+        start = self.powersgd_start_step
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= MAX_POWERSGD_START:
+            raise ConfigError(f"PowerSGD start step {start!r} must be an integer in 0..{MAX_POWERSGD_START} (the steps "
+                              "summed plainly before compression starts)")
+        if r == 0:
+            object.__setattr__(self, "powersgd_start_step", DEFAULT_POWERSGD_START)
 
     @property
     def lossless(self) -> bool:
@@ -74,7 +85,7 @@ class GradComm:
         out = f"data-parallel gradients summed in {_SHORT[self.reduce_dtype]}"
         if self.powersgd_rank:
             out += (f"; DDP gradient matrices as rank-{self.powersgd_rank} PowerSGD factors with error feedback "
-                    "(lossy)")
+                    f"from step {self.powersgd_start_step} (lossy)")
         elif not self.lossless:
             out += " (lossy: half the bytes of an fp32 sum)"
         return out
@@ -94,11 +105,13 @@ class GradComm:
         return 0, 4 * n * r, 4 * m * r
 
     def to_dict(self) -> dict:
-        return {"reduce_dtype": self.reduce_dtype, "powersgd_rank": self.powersgd_rank}
+        out = {"reduce_dtype": self.reduce_dtype, "powersgd_rank": self.powersgd_rank}
+        return out | ({"powersgd_start_step": self.powersgd_start_step} if self.powersgd_rank else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> GradComm:
-        return cls(reduce_dtype=d.get("reduce_dtype", "float32"), powersgd_rank=d.get("powersgd_rank", 0))
+        return cls(reduce_dtype=d.get("reduce_dtype", "float32"), powersgd_rank=d.get("powersgd_rank", 0),
+                   powersgd_start_step=d.get("powersgd_start_step", DEFAULT_POWERSGD_START))
 
 
 def compressible(shape: Sequence[int], rank: int) -> tuple[int, int] | None:
@@ -114,9 +127,11 @@ def compressible(shape: Sequence[int], rank: int) -> tuple[int, int] | None:
     return (n, m) if 2 * (n + m) * r <= n * m else None
 
 
-def grad_comm_options(reduce_dtypes: Sequence[str], powersgd_ranks: Sequence[int]) -> list[GradComm]:
+def grad_comm_options(reduce_dtypes: Sequence[str], powersgd_ranks: Sequence[int],
+                      powersgd_start_step: int = DEFAULT_POWERSGD_START) -> list[GradComm]:
     """Every gradient communication a search may use, least lossy first: each reduce dtype
-    allowed with each PowerSGD rank allowed (0: no compression)."""
+    allowed with each PowerSGD rank allowed (0: no compression), compressing from
+    ``powersgd_start_step``."""
     if not reduce_dtypes:
         raise ConfigError("search.reduce_dtypes is empty: allow at least 'float32' (or 'bfloat16' / 'float16')")
     if not powersgd_ranks:
@@ -126,5 +141,5 @@ def grad_comm_options(reduce_dtypes: Sequence[str], powersgd_ranks: Sequence[int
     ranks = sorted({int(r) for r in powersgd_ranks})
     out = []
     for r, d in itertools.product(ranks, dtypes):
-        out.append(GradComm(reduce_dtype=d, powersgd_rank=r))
+        out.append(GradComm(reduce_dtype=d, powersgd_rank=r, powersgd_start_step=powersgd_start_step))
     return out

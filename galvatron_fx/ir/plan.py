@@ -52,7 +52,7 @@ JSON (schema_version 1)
     "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str],
     "cluster": {the cluster's JSON} (optional), "graph": {"params": [[name, shape, dtype]],
     "inputs": [[shape past the batch, dtype]]} (optional), "grad_comm": {"reduce_dtype",
-    "powersgd_rank"} (optional: absent means fp32 sums, no compression —
+    "powersgd_rank", "powersgd_start_step"} (optional: absent means fp32 sums, no compression —
     :class:`~galvatron_fx.ir.grad_comm.GradComm`)}``
 
 A plan is bound to its model graph and cluster: ``graph_hash`` (see :func:`graph_hash`; the batch

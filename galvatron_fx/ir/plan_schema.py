@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.ir.grad_comm import MAX_POWERSGD_RANK, REDUCE_DTYPES, GradComm
+from galvatron_fx.ir.grad_comm import (
+    DEFAULT_POWERSGD_START,
+    MAX_POWERSGD_RANK,
+    MAX_POWERSGD_START,
+    REDUCE_DTYPES,
+    GradComm,
+)
 from galvatron_fx.ir.graph import LayerRole
 from galvatron_fx.ir.placements import PLACEMENT_HELP, placement_problem
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
@@ -446,8 +452,10 @@ def _parse_plan(data: Any) -> dict[str, Any]:
 def _parse_grad_comm(v: Any) -> GradComm:
     """The optional ``grad_comm`` object: a reduce dtype and a PowerSGD rank (0: none)."""
     at = "grad_comm"
-    g = _obj(v, at, (), ("reduce_dtype", "powersgd_rank"))
+    g = _obj(v, at, (), ("reduce_dtype", "powersgd_rank", "powersgd_start_step"))
     dtype = _str(g.get("reduce_dtype", "float32"), f"{at}.reduce_dtype", REDUCE_DTYPES)
     rank = _int(g.get("powersgd_rank", 0), f"{at}.powersgd_rank", lo=0,
                 rng=limits.Range(0, MAX_POWERSGD_RANK, "rank"))
-    return GradComm(reduce_dtype=dtype, powersgd_rank=rank)
+    start = _int(g.get("powersgd_start_step", DEFAULT_POWERSGD_START), f"{at}.powersgd_start_step", lo=0,
+                 rng=limits.Range(0, MAX_POWERSGD_START, "steps"))
+    return GradComm(reduce_dtype=dtype, powersgd_rank=rank, powersgd_start_step=start)

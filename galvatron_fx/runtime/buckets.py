@@ -15,8 +15,8 @@ Every bucket is launched before the first is waited on, so the transfers queue b
 The plan's gradient communication (:class:`~galvatron_fx.ir.grad_comm.GradComm`) applies here:
 a bucket is summed in ``reduce_dtype`` (cast from the gradients' fp32, summed, cast back into
 them: only the sum is rounded) or, under PowerSGD, as low-rank factors
-(:class:`~galvatron_fx.runtime.powersgd.PowerSGD`: its first round launched when the bucket is
-ready, its second in :meth:`GradBucketer.finish`).
+(:class:`~galvatron_fx.runtime.powersgd.PowerSGD`, after its plain first steps: its first round
+launched when the bucket is ready, its second in :meth:`GradBucketer.finish`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class GradBucketer:
         owners = [p for p in (self.entries[i][0] for i in self.buckets[b]) if p.grad is not None]
         grads = [p.grad for p in owners]
         self._launched.add(b)
-        if self.powersgd is not None:
+        if self.powersgd is not None and self.powersgd.compressing:
             if grads:
                 ids = [id(p) for p in owners]
                 self._pending[b] = (owners, None, self.powersgd.start(ids, grads))
@@ -209,6 +209,8 @@ class GradBucketer:
             if len(e) > 1 and e[0].grad is not None:
                 for p in e[1:]:
                     p.grad = e[0].grad.clone()
+        if self.powersgd is not None:
+            self.powersgd.step_done()
         self._pending.clear()
         self._summed.clear()
         self._launched.clear()

@@ -226,7 +226,8 @@ class DataParallelMixin:
             if not es:
                 continue
             group = self.mesh(*shape).get_group("dp")
-            psgd = PowerSGD(gc.powersgd_rank, group, reduce_dtype=self._reduce_dtype()) if gc.powersgd_rank else None
+            psgd = PowerSGD(gc.powersgd_rank, group, reduce_dtype=self._reduce_dtype(),
+                            start_step=gc.powersgd_start_step) if gc.powersgd_rank else None
             out[shape] = GradBucketer(es, group, reduce_dtype=self._reduce_dtype(), powersgd=psgd)
         return out
 

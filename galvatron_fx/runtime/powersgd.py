@@ -2,12 +2,13 @@
 error feedback (Vogels et al., 2019; the algorithm of ``torch.distributed.algorithms.
 ddp_comm_hooks.powerSGD_hook``, here on the runtime's own buckets).
 
-Contract: :class:`PowerSGD` holds the state of one data-parallel group's buckets (per
-gradient: its error and its warm-started ``Q``). A bucket is summed in two calls: :meth:`start`
-(during backward, when the bucket is ready) launches the first round and returns a
-:class:`_Round`; :meth:`PowerSGD.finish` (after backward) completes it, leaving in every
-gradient the same value on every rank: the sum of the rank-``r`` approximation of each
-compressible matrix, and the exact sum (in ``reduce_dtype``) of every other gradient.
+Contract: :class:`PowerSGD` holds the state of one data-parallel group's buckets (per gradient: its
+error and its warm-started ``Q``) and counts the steps: until ``start_step`` the caller sums plainly
+(:attr:`PowerSGD.compressing` is false), then a bucket is summed in two calls: :meth:`start` (during
+backward, when the bucket is ready) launches the first round and returns a :class:`_Round`;
+:meth:`PowerSGD.finish` (after backward) completes it, leaving in every gradient the same value on
+every rank: the sum of the rank-``r`` approximation of each compressible matrix, and the exact sum
+(in ``reduce_dtype``) of every other gradient.
 
 Terms (per compressible gradient, viewed as ``M`` of ``n × m``, :func:`~galvatron_fx.ir.grad_comm.compressible`;
 ``W`` ranks in the group; sums over ranks written ``Σ``):
@@ -58,16 +59,27 @@ class PowerSGD:
     """Rank-``rank`` PowerSGD sums over ``group`` (see module doc)."""
 
     def __init__(self, rank: int, group: dist.ProcessGroup | None, *, reduce_dtype: torch.dtype | None = None,
-                 error_feedback: bool = True, seed: int = 0):
+                 start_step: int = 0, error_feedback: bool = True, seed: int = 0):
         if rank < 1:
             raise ValueError(f"PowerSGD needs a rank >= 1, got {rank}")
         self.rank, self.group = rank, group
+        self.start_step = start_step
+        self.steps = 0  # steps summed so far (:meth:`step_done`)
         self.reduce_dtype = reduce_dtype
         self.error_feedback = error_feedback
         self.world = dist.get_world_size(group)
         self._gen = torch.Generator().manual_seed(seed)
         self.errors: dict[int, torch.Tensor] = {}
         self.qs: dict[int, torch.Tensor] = {}
+
+    @property
+    def compressing(self) -> bool:
+        """Whether this step's buckets are compressed (``start_step`` steps sum plainly first)."""
+        return self.steps >= self.start_step
+
+    def step_done(self) -> None:
+        """One more step's gradients are summed."""
+        self.steps += 1
 
     def state_bytes(self) -> int:
         """Bytes of the state kept between steps (errors and Qs)."""

@@ -52,7 +52,8 @@ def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict
             continue
         out[name] = dataclasses.replace(sp, pp=pp, max_pp=limits.max_pp, schedules=limits.schedules,
                                         num_microbatches=limits.num_microbatches,
-                                        reduce_dtypes=limits.reduce_dtypes, powersgd_ranks=limits.powersgd_ranks)
+                                        reduce_dtypes=limits.reduce_dtypes, powersgd_ranks=limits.powersgd_ranks,
+                                        powersgd_start_step=limits.powersgd_start_step)
     return out
 
 

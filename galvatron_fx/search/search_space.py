@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.ir.grad_comm import MAX_POWERSGD_RANK, GradComm, grad_comm_options
+from galvatron_fx.ir.grad_comm import DEFAULT_POWERSGD_START, MAX_POWERSGD_RANK, GradComm, grad_comm_options
 from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.recompute import Recompute
 
@@ -36,7 +36,9 @@ class SearchSpace:
     anything but fp32 and rank 0 is lossy): ``reduce_dtypes=("float32", "bfloat16")`` lets it sum
     data-parallel gradients in bf16 where that is faster, ``powersgd_ranks=(0, 4)`` lets it
     compress DDP gradient matrices to rank 4 where that is faster; ``reduce_dtypes=("bfloat16",)``
-    or ``powersgd_ranks=(4,)`` asks for it outright. One search prices one option
+    or ``powersgd_ranks=(4,)`` asks for it outright; ``powersgd_start_step`` (default 1000, as
+    ``torch.distributed``'s PowerSGD hook) is how many steps sum plainly before compression starts
+    (the price is the steady state's). One search prices one option
     (:attr:`grad_comm`); the planner runs one per option and keeps the fastest
     (:mod:`~galvatron_fx.search.grad_comm_choice`).
     """
@@ -56,6 +58,7 @@ class SearchSpace:
     lowered_prices: bool = False
     reduce_dtypes: tuple[str, ...] = ("float32",)
     powersgd_ranks: tuple[int, ...] = (0,)
+    powersgd_start_step: int = DEFAULT_POWERSGD_START
 
     def __post_init__(self) -> None:
         for key in ("reduce_dtypes", "powersgd_ranks"):
@@ -83,7 +86,7 @@ class SearchSpace:
 
     def grad_comm_options(self) -> list[GradComm]:
         """The gradient communications this space allows, least lossy first."""
-        return grad_comm_options(self.reduce_dtypes, self.powersgd_ranks)
+        return grad_comm_options(self.reduce_dtypes, self.powersgd_ranks, self.powersgd_start_step)
 
     @property
     def grad_comm(self) -> GradComm:

@@ -7,7 +7,8 @@ a config (Llama): every step's loss and the parameters after ``STEPS`` AdamW ste
 tolerance of the single-process model, the gradients rounded (not equal: the sums really ran in
 bf16) but within bf16's relative precision, and stored in fp32.
 PowerSGD (rank 2 on gpt-tiny's 128-wide matrices, DDP, AdamW on fresh batches every step) over
-``PSGD_STEPS`` steps: the loss curve within ``PSGD_GAP`` of uncompressed sums. Error feedback is
+``PSGD_STEPS`` steps: the loss curve within ``PSGD_GAP`` of uncompressed sums; with
+``powersgd_start_step`` the first steps are the plain ones, bit for bit. Error feedback is
 checked on the compressor itself, where it shows plainly: on fixed gradients the running sum of
 the compressed sums converges to the true one only with it (without it the same residual is
 dropped every step), and a sum of rank ``≤ r`` comes through exact in one step. (On this
@@ -32,6 +33,7 @@ PSGD_RANK = 2
 PSGD_GAP = 0.1  # largest |loss − uncompressed loss| over the 50 steps (loss falls 6.2 → 4.2)
 PSGD_FINAL_GAP = 0.02  # |final loss − uncompressed final loss|
 K = 100  # fixed-gradient sums
+WARMUP = 10  # steps of plain sums before PowerSGD starts (the plan's powersgd_start_step)
 # dp2 on every layer: DDP embedding and blocks, ZeRO-3 and ZeRO-2 blocks, DDP head and loss
 MIXED = [(2, 1, "none", "none", "ddp"), (2, 1, "none", "none", "ddp"), (2, 1, "none", "none", "zero3"),
          (2, 1, "none", "full", "zero2"), (2, 1, "none", "none", "ddp"), (2, 1, "none", "none", "ddp"),
@@ -151,8 +153,9 @@ def _powersgd_curves() -> dict:
     plan = make_plan(mg, 2, (2, 1, "none", "none", "ddp"), gbs=gbs, m=1, name="gpt-tiny-dp2")
     batches = _batches(gbs, PSGD_STEPS)
     res: dict = {}
-    for tag, gc, feedback in (("plain", {}, True), ("psgd", {"powersgd_rank": PSGD_RANK}, True),
-                              ("no_feedback", {"powersgd_rank": PSGD_RANK}, False)):
+    psgd = {"powersgd_rank": PSGD_RANK, "powersgd_start_step": 0}
+    for tag, gc, feedback in (("plain", {}, True), ("psgd", psgd, True), ("no_feedback", psgd, False),
+                              ("warmup", psgd | {"powersgd_start_step": WARMUP}, True)):
         pm = ParallelModule(copy.deepcopy(model), mg, _with(plan, **gc))
         for bucketer in pm._bucketers.values():
             if bucketer.powersgd is not None:
@@ -258,7 +261,7 @@ def _world4() -> dict:
     res = {"bf16_loss_err": max(abs(a - b) for a, b in zip(got, want)), "ref_loss": want,
            "bf16_param_err": max((sd[k] - v).abs().max().item() for k, v in ref_sd.items())}
     ddp = make_plan(mg, 4, (2, 2, "none", "none", "ddp"), gbs=gbs, m=1, name="gpt-tiny-dp2tp2-ddp")
-    for tag, gc in (("plain", {}), ("psgd", {"powersgd_rank": PSGD_RANK})):
+    for tag, gc in (("plain", {}), ("psgd", {"powersgd_rank": PSGD_RANK, "powersgd_start_step": 0})):
         pm = ParallelModule(copy.deepcopy(model), mg, _with(ddp, **gc))
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
         res[tag] = [pm.train_step(b, opt) for b in batches]
@@ -321,6 +324,8 @@ def test_powersgd_follows_uncompressed_training_only_with_error_feedback(world2)
     assert dropped > 0.0 and r["no_feedback"] != r["psgd"], "error feedback changed nothing"
     # the state: an fp32 error per compressed gradient (as large as it) and its Q
     assert r["psgd_state_bytes"] > 0.5 * r["ddp_matrix_bytes"]
+    # powersgd_start_step: plain sums (the same losses, bit for bit) until it, compressed after it
+    assert r["warmup"][:WARMUP + 1] == r["plain"][:WARMUP + 1] and r["warmup"][WARMUP + 1:] != r["plain"][WARMUP + 1:]
 
 
 def test_error_feedback_recovers_what_the_rank_drops(world2):

@@ -121,8 +121,12 @@ def test_powersgd_only_when_allowed_and_the_network_is_slow(gpt2):
     assert _plan(gpt2, slow, **BF16).grad_comm.powersgd_rank == 0
     chosen = _plan(gpt2, slow, **PSGD)
     assert chosen.grad_comm.powersgd_rank == 4
+    assert chosen.grad_comm.powersgd_start_step == 1000  # plain sums first, as torch's PowerSGD hook
+    assert chosen.to_dict()["grad_comm"] == {"reduce_dtype": "float32", "powersgd_rank": 4, "powersgd_start_step": 1000}
+    assert gfx.ParallelPlan.from_dict(chosen.to_dict()) == chosen
+    assert _plan(gpt2, slow, **PSGD, powersgd_start_step=0).grad_comm.powersgd_start_step == 0
     assert chosen.predicted.step_time_s < 0.5 * _plan(gpt2, slow).predicted.step_time_s
-    assert "PowerSGD" in chosen.explain()
+    assert "PowerSGD" in chosen.explain() and "from step 1000" in chosen.explain()
     # a fast network: its compute and rounds do not pay
     fast = gfx.Cluster.preset("dgx-h100", nodes=1)
     assert _plan(gpt2, fast, **PSGD).grad_comm.powersgd_rank == 0
@@ -139,7 +143,8 @@ def test_powersgd_prices_its_error_feedback_memory(gpt2):
     assert grads(psgd) > 1.9 * grads(plain)
 
 
-@pytest.mark.parametrize("bad", [{"reduce_dtype": "int8"}, {"powersgd_rank": -2}, {"rank": 4}])
+@pytest.mark.parametrize("bad", [{"reduce_dtype": "int8"}, {"powersgd_rank": -2}, {"rank": 4},
+                                 {"powersgd_rank": 4, "powersgd_start_step": -1}])
 def test_bad_grad_comm_in_json_names_the_field(gpt2, bad):
     d = _plan(gpt2, _cluster("dgx-a100-80g", 2)).to_dict()
     d["grad_comm"] = bad
