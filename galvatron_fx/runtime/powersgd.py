@@ -25,8 +25,9 @@ Terms (per compressible gradient, viewed as ``M`` of ``n × m``, :func:`~galvatr
 fp32 all-reduce per round; the other gradients go in one all-reduce in ``reduce_dtype`` with
 the first round. ``error_feedback=False`` drops the residual (plain low-rank sums: they lose
 what the rank cannot hold, step after step — kept for the tests that show why it is on).
-The state lives in the process only: checkpoints do not hold it, so a resumed run starts from
-zero errors and fresh ``Q``s (one step's residual is lost, the power iteration warms up again).
+The state lives in the process only: checkpoints do not hold it, so a resumed run sums plainly
+for ``start_step`` steps again and then starts from zero errors and fresh ``Q``s (the residual of
+the last step before the checkpoint is lost, the power iteration warms up again).
 """
 
 from __future__ import annotations
