@@ -40,6 +40,10 @@ def batch_spec(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a batch (64), auto, or a range such as 16:256, got {text!r}") from None
 
 
+def _str_tuple(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def _size(text: str) -> int:
     """A byte size: 4096, 4K, 1M, 64MiB."""
     t = text.strip().lower().removesuffix("b").removesuffix("i")
@@ -90,6 +94,12 @@ def add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=_int_tuple, default=None, help="only these tensor-parallel degrees, e.g. 2 or 2,4")
     p.add_argument("--max-pp", type=int, default=None, help="cap the pipeline degree")
     p.add_argument("--pp", type=_int_tuple, default=None, help="only these pipeline degrees, e.g. 1 or 1,2")
+    p.add_argument("--reduce-dtypes", type=_str_tuple, default=None,
+                   help="dtypes data-parallel gradients may be summed in, e.g. float32,bfloat16 (lossy below fp32; "
+                        "default float32)")
+    p.add_argument("--powersgd-ranks", type=_int_tuple, default=None,
+                   help="PowerSGD ranks DDP gradient matrices may be compressed to, 0 for none, e.g. 0,4 (lossy; "
+                        "default 0)")
 
 
 def _inspect(p: argparse.ArgumentParser) -> None:

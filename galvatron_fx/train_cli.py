@@ -46,6 +46,7 @@ FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "cluster": (str, "local-cpu"), "nodes": (int, None),
     "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, DEFAULT_PRECISION), "memory": ((int, float), None),
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
+    "reduce_dtypes": (list, None), "powersgd_ranks": (list, None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
     "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
     "efficiency_every": (int, 10),
@@ -75,7 +76,7 @@ def load_run_config(path: str | os.PathLike) -> dict[str, Any]:
         if not isinstance(value, want) or isinstance(value, bool):
             names = "/".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
             raise ConfigError(f"run config {path}: {key} = {value!r} should be a {names}")
-        if key in ("tp", "pp") and not all(isinstance(v, int) for v in value):
+        if key in ("tp", "pp", "powersgd_ranks") and not all(isinstance(v, int) for v in value):
             raise ConfigError(f"run config {path}: {key} should be a list of integers, e.g. [1, 2]")
         if key in _PATHS and not Path(value).is_absolute():
             data[key] = str(path.parent / value)
@@ -177,7 +178,9 @@ def run_cli(args: argparse.Namespace) -> int:
     example = kwargs if kwargs else inputs
     data = _importable(run["data"], "data") if run["data"] else None
     space = SearchSpace(tp=tuple(run["tp"]) if run["tp"] else None, max_tp=run["max_tp"],
-                        pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"])
+                        pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"],
+                        reduce_dtypes=tuple(run["reduce_dtypes"] or ("float32",)),
+                        powersgd_ranks=tuple(run["powersgd_ranks"] or (0,)))
     budget = int(run["memory"] * 2**30) if run["memory"] is not None else None
     given = ParallelPlan.load(run["plan"]) if run["plan"] else None
     pm = gfx_compile(model, cluster, example, global_batch_size=wanted or batch, memory_budget=budget, search=space,

@@ -51,7 +51,9 @@ JSON (schema_version 1)
     "reserved_peak_bytes": [int per stage] (optional)},
     "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str],
     "cluster": {the cluster's JSON} (optional), "graph": {"params": [[name, shape, dtype]],
-    "inputs": [[shape past the batch, dtype]]} (optional)}``
+    "inputs": [[shape past the batch, dtype]]} (optional), "grad_comm": {"reduce_dtype",
+    "powersgd_rank", "powersgd_start_step"} (optional: absent means fp32 sums, no compression —
+    :class:`~galvatron_fx.ir.grad_comm.GradComm`)}``
 
 A plan is bound to its model graph and cluster: ``graph_hash`` (see :func:`graph_hash`; the batch
 is not part of it) is checked by ``compile(plan=...)``, which names the first differing layer, and
@@ -79,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir import plan_report
+from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
 from galvatron_fx.ir.plan_report import _short_value
 from galvatron_fx.ir.plan_schema import (
@@ -138,6 +141,7 @@ class ParallelPlan:
     notes: tuple[str, ...] = ()
     cluster: dict[str, Any] | None = None
     graph: dict[str, Any] | None = None
+    grad_comm: GradComm = GradComm()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -189,6 +193,7 @@ class ParallelPlan:
             "notes": list(self.notes),
             **({} if self.cluster is None else {"cluster": json.loads(json.dumps(self.cluster))}),
             **({} if self.graph is None else {"graph": json.loads(json.dumps(self.graph))}),
+            **({} if self.grad_comm.lossless else {"grad_comm": self.grad_comm.to_dict()}),
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:

@@ -88,6 +88,8 @@ def diff_dict(plan: ParallelPlan, other: ParallelPlan) -> dict:
         out["predicted"] = pred
     if a["baseline"] != b["baseline"]:
         out.setdefault("plan", {})["baseline"] = [a["baseline"], b["baseline"]]
+    if plan.grad_comm != other.grad_comm:
+        out.setdefault("plan", {})["grad_comm"] = [plan.grad_comm.short(), other.grad_comm.short()]
     return out
 
 
@@ -215,9 +217,11 @@ def _explain_plan(plan: ParallelPlan) -> str:
         layout = f"pp{plan.pp} × per layer (" + ", ".join(f"dp{d}×tp{t}" for d, t in shapes) + ")"
     sched = plan.schedule + (f" ×{plan.virtual_stages} chunks/stage" if plan.virtual_stages > 1 else "")
     out = [
-        f"plan for {plan.model} on {plan.world_size} devices{_nodes(plan)} in {plan.precision}: {layout}",
+        f"plan for {plan.model} on {plan.world_size} devices{_nodes(plan)} in {plan.precision}"
+        f"{'' if plan.grad_comm.lossless else f' (gradient sums {plan.grad_comm.short()})'}: {layout}",
         f"  schedule {sched}, {plan.num_microbatches} micro-batches, global batch {plan.global_batch_size} "
         f"(micro-batch {plan.micro_batch_size} per data-parallel rank)",
+        *([f"  {plan.grad_comm.describe()}"] if not plan.grad_comm.lossless else []),
         f"  graph {plan.graph_hash[:12]}  cluster {plan.cluster_hash[:12]}  plan {plan.plan_hash()[:12]}",
         "",
     ]

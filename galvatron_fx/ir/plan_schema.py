@@ -34,6 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.ir.grad_comm import (
+    DEFAULT_POWERSGD_START,
+    MAX_POWERSGD_RANK,
+    MAX_POWERSGD_START,
+    REDUCE_DTYPES,
+    GradComm,
+)
 from galvatron_fx.ir.graph import LayerRole
 from galvatron_fx.ir.placements import PLACEMENT_HELP, placement_problem
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
@@ -80,6 +87,8 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
         pr.append(("precision", f"= {plan.precision!r} is not one of {', '.join(PRECISIONS)}"))
     if not plan.layers:
         pr.append(("layers", "is empty: a plan needs at least one layer"))
+    if not isinstance(plan.grad_comm, GradComm):
+        pr.append(("grad_comm", f"must be a GradComm, got {type(plan.grad_comm).__name__}"))
     if pr:
         return pr  # the rules below need sane scalars
     pp, v, m, n = plan.pp, plan.virtual_stages, plan.num_microbatches, len(plan.layers)
@@ -245,7 +254,7 @@ class _FieldError(Exception):
 _TOP_KEYS = ("schema_version", "model", "graph_hash", "cluster_hash", "world_size", "pp", "num_microbatches",
              "schedule", "virtual_stages", "global_batch_size", "micro_batch_size", "stage_boundaries",
              "stage_ranks", "precision", "layers", "predicted", "solver_stats", "baseline", "notes")
-_OPTIONAL_TOP_KEYS = ("cluster", "graph")
+_OPTIONAL_TOP_KEYS = ("cluster", "graph", "grad_comm")
 _LAYER_KEYS = ("name", "kind", "role", "stage", "dp", "strategy", "placements", "predicted", "alternatives")
 _LPRED_KEYS = ("fwd_s", "bwd_s", "comm_s", "transition_s", "memory_bytes", "memory_breakdown")
 _PRED_KEYS = ("step_time_s", "throughput_samples_s", "peak_memory_bytes", "memory_budget_bytes",
@@ -436,4 +445,17 @@ def _parse_plan(data: Any) -> dict[str, Any]:
         "baseline": baseline,
         "notes": tuple(_str(x, f"notes[{i}]") for i, x in enumerate(_list(d["notes"], "notes"))),
         "cluster": d.get("cluster"), "graph": d.get("graph"),
+        **({"grad_comm": _parse_grad_comm(d["grad_comm"])} if "grad_comm" in d else {}),
     }
+
+
+def _parse_grad_comm(v: Any) -> GradComm:
+    """The optional ``grad_comm`` object: a reduce dtype and a PowerSGD rank (0: none)."""
+    at = "grad_comm"
+    g = _obj(v, at, (), ("reduce_dtype", "powersgd_rank", "powersgd_start_step"))
+    dtype = _str(g.get("reduce_dtype", "float32"), f"{at}.reduce_dtype", REDUCE_DTYPES)
+    rank = _int(g.get("powersgd_rank", 0), f"{at}.powersgd_rank", lo=0,
+                rng=limits.Range(0, MAX_POWERSGD_RANK, "rank"))
+    start = _int(g.get("powersgd_start_step", DEFAULT_POWERSGD_START), f"{at}.powersgd_start_step", lo=0,
+                 rng=limits.Range(0, MAX_POWERSGD_START, "steps"))
+    return GradComm(reduce_dtype=dtype, powersgd_rank=rank, powersgd_start_step=start)

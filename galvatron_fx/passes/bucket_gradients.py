@@ -10,10 +10,13 @@ buckets, once per step). The graphs are not changed; the runtime builds its buck
 same :func:`plan_buckets` (:class:`~galvatron_fx.runtime.buckets.GradBucketer`) and its FSDP
 units with ``fully_shard``.
 
-Terms: a parameter's *local* bytes are its tensor-parallel shard's, in its storage dtype
-(gradients are reduced in fp32 under mixed precision; FSDP gathers parameters in the compute
-dtype). A tied weight read by several layers joins once, where backward finishes it (its first
-reader in forward order).
+Terms: a parameter's *local* bytes are its tensor-parallel shard's, in its storage dtype (gradients
+are kept in fp32 under mixed precision and summed in the plan's reduce dtype, fp32 unless
+``plan.grad_comm`` says otherwise; FSDP gathers parameters in the compute dtype). A DDP layer's
+``step_dp`` counts the bytes its gradients put on the wire (half under a 16-bit sum; a
+PowerSGD-compressed matrix its two factors, :meth:`~galvatron_fx.ir.grad_comm.GradComm.wire_bytes`);
+the buckets are cut by the gradients' stored bytes, as the runtime cuts them. A tied weight read by
+several layers joins once, where backward finishes it (its first reader in forward order).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def _local_shape(shape, tp_placement: str, tp: int) -> tuple[int, ...]:
 @graph_pass(requires=("lowered",), produces=("buckets",))
 def bucket_gradients_pass(program, ctx: PassContext):
     plan = program.plan
+    gc = plan.grad_comm
+    reduce_dtype = getattr(torch, gc.reduce_dtype)
     groups: dict[tuple[int, int, int], list] = {}  # (stage, dp, tp) -> [(fqn, meta tensor, layer)]
     seen: set[str] = set()
     for lay in program.layers:
@@ -82,7 +87,7 @@ def bucket_gradients_pass(program, ctx: PassContext):
             for fqn, tp_p, shape, dtype, _ in trainable:
                 numel = math.prod(_local_shape(shape, tp_p, st.tp))
                 gathered += numel * (cdt if cdt is not None and dtype.is_floating_point else dtype).itemsize
-                reduced += numel * (torch.float32 if dtype.is_floating_point else dtype).itemsize
+                reduced += numel * (reduce_dtype if dtype.is_floating_point else dtype).itemsize
             if gathered:
                 lay.fw_dp = [CollectiveRecord("fwd", "all_gather", lay.dp, gathered)]
                 regather = str(st.dp_type) == "zero3"
@@ -96,7 +101,8 @@ def bucket_gradients_pass(program, ctx: PassContext):
             seen.add(fqn)
             grad_dtype = torch.float32 if dtype.is_floating_point else dtype
             t = torch.empty(_local_shape(shape, tp_p, st.tp), dtype=grad_dtype, device="meta")
-            mine += t.numel() * t.element_size()
+            mine += sum(gc.wire_bytes(tuple(t.shape), t.element_size())) if dtype.is_floating_point else \
+                t.numel() * t.element_size()
             groups.setdefault((lay.stage, lay.dp, st.tp), []).append((fqn, t, lay.name))
         if mine:
             lay.step_dp = [CollectiveRecord("step", "all_reduce", lay.dp, mine)]

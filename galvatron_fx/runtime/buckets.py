@@ -6,11 +6,17 @@ per dtype (a tensor larger than a bucket goes alone). Buckets fill in the given 
 that pass tensors in the order backward produces them get buckets that are ready together.
 
 The buckets are those :func:`~galvatron_fx.passes.bucket_gradients.plan_buckets` makes (the
-lowering's ``bucket_gradients`` pass names them in the program). This fuses the communication of what neither FSDP2 (which already coalesces a
-layer's reduce-scatter) nor the per-layer DTensor graph buckets: the data-parallel gradient sums
-of plain (DDP-flavour) parameters, which the runtime collects across *all* layers that share a
-data-parallel group (:meth:`ParallelModule.sync_grads`). Every bucket is launched before the
-first is waited on, so the transfers queue back to back.
+lowering's ``bucket_gradients`` pass names them in the program). This fuses the communication of
+what neither FSDP2 (which already coalesces a layer's reduce-scatter) nor the per-layer DTensor
+graph buckets: the data-parallel gradient sums of plain (DDP-flavour) parameters, which the runtime
+collects across *all* layers that share a data-parallel group (:meth:`ParallelModule.sync_grads`).
+Every bucket is launched before the first is waited on, so the transfers queue back to back.
+
+The plan's gradient communication (:class:`~galvatron_fx.ir.grad_comm.GradComm`) applies here:
+a bucket is summed in ``reduce_dtype`` (cast from the gradients' fp32, summed, cast back into
+them: only the sum is rounded) or, under PowerSGD, as low-rank factors
+(:class:`~galvatron_fx.runtime.powersgd.PowerSGD`, after its plain first steps: its first round
+launched when the bucket is ready, its second in :meth:`GradBucketer.finish`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from galvatron_fx.passes.bucket_gradients import DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES, plan_buckets
+from galvatron_fx.runtime.powersgd import PowerSGD
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "GradBucketer", "all_reduce_coalesced", "plan_buckets"]
 
@@ -71,9 +78,12 @@ class GradBucketer:
 
     def __init__(self, entries: Sequence[torch.nn.Parameter | Sequence[torch.nn.Parameter]],
                  group: dist.ProcessGroup | None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 first_bucket_bytes: int = FIRST_BUCKET_BYTES):
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES, *, reduce_dtype: torch.dtype | None = None,
+                 powersgd: PowerSGD | None = None):
         self.entries = [list(e) if isinstance(e, (list, tuple)) else [e] for e in entries]
         self.group = group
+        self.reduce_dtype = reduce_dtype  # None: sum in the gradients' own dtype
+        self.powersgd = powersgd
         self.buckets = plan_buckets([e[0] for e in self.entries], bucket_bytes, first_bucket_bytes)
         self._entry_of = {id(p): i for i, e in enumerate(self.entries) for p in e}
         self._bucket_of_entry = {i: b for b, idx in enumerate(self.buckets) for i in idx}
@@ -134,20 +144,31 @@ class GradBucketer:
             total += g
         copies[0].grad = total
 
+    def _wire_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype a gradient of ``dtype`` is summed in."""
+        return self.reduce_dtype if self.reduce_dtype is not None and dtype.is_floating_point else dtype
+
     def _launch(self, b: int) -> None:
         owners = [p for p in (self.entries[i][0] for i in self.buckets[b]) if p.grad is not None]
         grads = [p.grad for p in owners]
-        last = len(self._launched) == len(self.buckets) - 1  # the same bucket on every rank
         self._launched.add(b)
+        if self.powersgd is not None and self.powersgd.compressing:
+            if grads:
+                ids = [id(p) for p in owners]
+                self._pending[b] = (owners, None, self.powersgd.start(ids, grads))
+            return
+        last = len(self._launched) == len(self.buckets)  # the same bucket on every rank
+        # the loss rides in the last bucket when it is summed in the loss's own dtype (never rounded)
         extra = self._extra if last and self._extra is not None and (
-            not grads or grads[0].dtype == self._extra.dtype) else None
+            not grads or self._wire_dtype(grads[0].dtype) == self._extra.dtype) else None
         if not grads and extra is None:
             return
         parts = [g.reshape(-1) for g in grads] + ([extra.reshape(-1)] if extra is not None else [])
         flat = grads[0].contiguous() if len(parts) == 1 and grads else torch.cat(parts)
         if extra is not None:
             self._extra = None
-        self._pending[b] = (owners, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+        wire = flat.to(self._wire_dtype(flat.dtype))  # flat itself when no cast
+        self._pending[b] = (owners, flat, (wire, dist.all_reduce(wire, group=self.group, async_op=True)))
         if extra is not None:
             self._extra_at = (b, extra.numel(), extra.shape)
 
@@ -161,13 +182,19 @@ class GradBucketer:
             if b not in self._launched:
                 self._launch(b)
         if self._extra is not None:  # the last bucket had another dtype, or no gradient
-            flat = self._extra.clone()
-            self._pending[-1] = ([], flat, dist.all_reduce(flat, group=self.group, async_op=True))
-            self._extra_at, self._extra = (-1, flat.numel(), flat.shape), None
+            flat = self._extra.reshape(-1).clone()
+            self._pending[-1] = ([], flat, (flat, dist.all_reduce(flat, group=self.group, async_op=True)))
+            self._extra_at, self._extra = (-1, flat.numel(), self._extra.shape), None
         n = len(self._pending)
         for b in sorted(self._pending):
             owners, flat, work = self._pending[b]
+            if flat is None:  # PowerSGD: its second round, the sums written into the gradients
+                self.powersgd.finish(work)
+                continue
+            wire, work = work
             work.wait()
+            if wire is not flat:
+                flat.copy_(wire)  # back to the gradients' dtype
             if self._extra_at is not None and self._extra_at[0] == b:
                 _, k, shape = self._extra_at
                 self.extra_sum = flat[flat.numel() - k:].reshape(shape).clone()
@@ -182,6 +209,8 @@ class GradBucketer:
             if len(e) > 1 and e[0].grad is not None:
                 for p in e[1:]:
                     p.grad = e[0].grad.clone()
+        if self.powersgd is not None:
+            self.powersgd.step_done()
         self._pending.clear()
         self._summed.clear()
         self._launched.clear()

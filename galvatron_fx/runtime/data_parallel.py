@@ -15,7 +15,8 @@ weight stored alike); a *tied copy* is one of several parameters that hold one F
 group in buckets.
 
 Algorithm, per layer: a DDP layer keeps full replicas over dp and all-reduces
-(sums) its gradients once per step (:meth:`LayerExecutor.sync_grads`). A ZeRO-2/ZeRO-3 layer with
+(sums) its gradients once per step, in its dp group's buckets — in the plan's reduce dtype, or as
+PowerSGD factors (``plan.grad_comm``, :mod:`~galvatron_fx.runtime.buckets`). A ZeRO-2/ZeRO-3 layer with
 ``dp > 1`` is wrapped by FSDP2's ``fully_shard`` on its 2-D ``(dp, tp)`` mesh in the SPMD form
 (``dp_mesh_dims=DataParallelMeshDims(shard="dp")``): the executor's ``(Replicate, tp)`` DTensor
 parameters become ``(Shard(0) | _StridedShard(0), tp)`` shards (dim 0 split over dp, the tp
@@ -25,6 +26,8 @@ backward) and reduce-scatters the dp-``Partial`` gradients after each backward. 
 executor's convention is a *sum* over dp of partial grads (the loss's mean already
 divided each rank's share), so FSDP's default average is turned off
 (``set_gradient_divide_factor(1.0)`` with plain-sum collectives, which gloo supports).
+FSDP reduce-scatters in the plan's reduce dtype (``MixedPrecisionPolicy(reduce_dtype=...)``:
+fp32 unless the plan chose a 16-bit sum; the sharded gradient is kept in fp32).
 Accumulation: FSDP reduce-scatters once per micro-batch backward and accumulates the sharded
 grads (the memory model's ZeRO-2/3: only ``1/dp`` gradients persist); no ``no_sync``.
 The optimizer must be built after the ``ParallelModule`` (it sees the sharded parameters).
@@ -41,6 +44,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from galvatron_fx.errors import PlanError
 from galvatron_fx.runtime.buckets import GradBucketer
 from galvatron_fx.runtime.layer_exec import LayerExecutor
+from galvatron_fx.runtime.powersgd import PowerSGD
 
 __all__ = ["DataParallelMixin"]
 
@@ -106,9 +110,11 @@ class DataParallelMixin:
         for members in groups.values():
             exs = [layers[i] for i in members]
             ex = exs[0]
-            # mixed precision: FSDP gathers the parameters in the compute dtype and reduces in fp32
-            mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=torch.float32) \
-                if ex.compute_dtype is not None else MixedPrecisionPolicy()
+            # mixed precision: FSDP gathers the parameters in the compute dtype and reduce-scatters
+            # the gradients in the plan's reduce dtype (fp32 unless the plan chose a 16-bit sum)
+            reduce = self._reduce_dtype()
+            mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=reduce or torch.float32) \
+                if ex.compute_dtype is not None or reduce is not None else MixedPrecisionPolicy()
             reshard = all(dp_type[i] == "zero3" for i in members)
             if ex.mesh.size(1) == 1:
                 # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
@@ -214,7 +220,21 @@ class DataParallelMixin:
             ps.reverse()
         for shape, groups in fast.items():  # ready when the last copy is: at the end of backward
             by_group.setdefault(shape, []).extend(groups)
-        return {shape: GradBucketer(es, self.mesh(*shape).get_group("dp")) for shape, es in by_group.items() if es}
+        gc = self.plan.grad_comm
+        out = {}
+        for shape, es in by_group.items():
+            if not es:
+                continue
+            group = self.mesh(*shape).get_group("dp")
+            psgd = PowerSGD(gc.powersgd_rank, group, reduce_dtype=self._reduce_dtype(),
+                            start_step=gc.powersgd_start_step) if gc.powersgd_rank else None
+            out[shape] = GradBucketer(es, group, reduce_dtype=self._reduce_dtype(), powersgd=psgd)
+        return out
+
+    def _reduce_dtype(self) -> torch.dtype | None:
+        """The dtype the plan sums data-parallel gradients in, when not fp32 (``plan.grad_comm``)."""
+        dtype = self.plan.grad_comm.reduce_dtype
+        return None if dtype == "float32" else getattr(torch, dtype)
 
     # ---- gradient sync ------------------------------------------------------------------------
     @torch.no_grad()

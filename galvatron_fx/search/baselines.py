@@ -33,7 +33,8 @@ def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict
 
     ``limits`` (the user's search space) caps the baselines the same way: a baseline using a
     data-parallel flavour, a recompute mode or a tensor-parallel degree the user ruled out is
-    dropped, and pipeline and schedule limits apply to all — so the comparison is fair.
+    dropped, and pipeline and schedule limits apply to all, as does the gradient communication
+    (the plan's one: a bf16-sum plan is compared with bf16-sum baselines) — so the comparison is fair.
     """
     spaces = _all_baseline_spaces(cluster)
     if limits is None:
@@ -50,7 +51,9 @@ def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict
         if sp.pp is not None and limits.pp is not None and not set(sp.pp) <= set(limits.pp):
             continue
         out[name] = dataclasses.replace(sp, pp=pp, max_pp=limits.max_pp, schedules=limits.schedules,
-                                        num_microbatches=limits.num_microbatches)
+                                        num_microbatches=limits.num_microbatches,
+                                        reduce_dtypes=limits.reduce_dtypes, powersgd_ranks=limits.powersgd_ranks,
+                                        powersgd_start_step=limits.powersgd_start_step)
     return out
 
 

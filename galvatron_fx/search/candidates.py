@@ -26,7 +26,11 @@ replica sees ``s / dp``):
   layer the search sees the bytes' share of a bucket (the all-reduce of its bytes less that of
   one byte), hidden behind its backward where it fits. ZeRO-2: per micro-batch, a reduce-scatter
   of gradients and an all-gather of parameters; ZeRO-3 the same with a second all-gather for the
-  backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``;
+  backward; what they add beyond the layer's compute is the cost model's ``exposed_fsdp_s``.
+  Gradients travel as the search space's one gradient communication says (``space.grad_comm``):
+  summed in its reduce dtype (a 16-bit sum: half the bytes), DDP matrices under PowerSGD as their
+  two factors plus the compression's compute, whose error feedback adds an fp32 copy of each
+  compressed gradient to the layer's memory (:func:`~galvatron_fx.cost_models.grad_sync.wire_entry`);
 - *optimizer*: the optimizer step over the parameters the layer reads on this rank (a tied
   weight once per reader: the runtime keeps a copy per layer), DTensors under FSDP;
 - *memory*: ``cost_models.memory.layer_memory`` with the ILP's shard fractions, or the lowered
@@ -35,6 +39,9 @@ replica sees ``s / dp``):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -46,10 +53,11 @@ from torch.distributed.tensor import Shard as TorchShard
 
 from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
+from galvatron_fx.cost_models.grad_sync import wire_entry
 from galvatron_fx.cost_models.memory import LayerMemory, TPShard
 from galvatron_fx.cost_models.reshard import Layout, Replicate, Shard
-from galvatron_fx import limits
-from galvatron_fx.errors import ConfigError, PlanError
+from galvatron_fx.errors import PlanError
+from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, SPMode
 from galvatron_fx.recompute import Recompute
@@ -58,69 +66,9 @@ from galvatron_fx.ir.placements import parse_placement
 from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
+from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchSpace:
-    """Which strategies the search may use; every dimension can be capped or switched off.
-
-    ``None`` means "all that fit": tp = divisors of the stage's devices up to one node, pp =
-    divisors of the world up to the number of blocks, micro-batch counts searched. A layer at
-    tp > 1 always splits something over its tp group when it can (weights, activations, or the
-    sequence under Ulysses): ``tp=(2,)`` asks for real tensor parallelism, never a layer with
-    weights repeated whole on both ranks. ``vocab_parallel=False`` keeps the logits whole from
-    head to loss (no vocab-parallel cross-entropy; a tp head then gathers them).
-    ``lowered_prices=True`` prices every tensor-parallel option by the collectives its lowered
-    program issues (:mod:`~galvatron_fx.search.lowered_prices`, about half a second per layer kind
-    and option) instead of the intra-layer ILP's estimate, as cost models with ``traces_runtime``
-    always do: the plan then prices exactly what it runs (``galvatron-fx plan`` does).
-    """
-
-    tp: tuple[int, ...] | None = None
-    max_tp: int | None = None
-    sp: tuple[SPMode, ...] = (SPMode.NONE, SPMode.MEGATRON, SPMode.ULYSSES)
-    dp_types: tuple[DPType, ...] = (DPType.DDP, DPType.ZERO2, DPType.ZERO3)
-    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    pp: tuple[int, ...] | None = None
-    max_pp: int | None = None
-    schedules: tuple[str, ...] = ("1f1b", "interleaved_1f1b")
-    num_microbatches: tuple[int, ...] | None = None
-    max_microbatches: int = 64
-    uniform: bool = False  # one strategy for all blocks (the hand-written baselines)
-    vocab_parallel: bool = True
-    lowered_prices: bool = False
-
-    def __post_init__(self) -> None:
-        # degrees within limits.DEGREE, micro-batch counts within limits.MICROBATCHES: the
-        # search loops over them
-        for key, rng in (("tp", limits.DEGREE), ("pp", limits.DEGREE), ("num_microbatches", limits.MICROBATCHES)):
-            values = getattr(self, key)
-            if values is None:
-                continue
-            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-                raise ConfigError(f"search.{key} must be a tuple of integers or None, got {values!r}")
-            for i, v in enumerate(values):
-                rng.check(v, f"search.{key}[{i}]")
-        for key, rng in (("max_tp", limits.DEGREE), ("max_pp", limits.DEGREE), ("max_microbatches", limits.MICROBATCHES)):
-            if (v := getattr(self, key)) is not None:
-                rng.check(v, f"search.{key}")
-
-    @classmethod
-    def coerce(cls, value: SearchSpace | dict | None) -> SearchSpace:
-        if value is None:
-            return cls()
-        if isinstance(value, SearchSpace):
-            return value
-        kw = dict(value)
-        for key, enum in (("sp", SPMode), ("dp_types", DPType), ("recompute", Recompute)):
-            if key in kw:
-                kw[key] = tuple(enum(v) for v in kw[key])
-        for key in ("tp", "pp", "num_microbatches", "schedules"):
-            if key in kw and kw[key] is not None:
-                kw[key] = tuple(kw[key])
-        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -139,11 +87,20 @@ class LayerChoice:
     option: LayerOption | None
     optim_s: float = 0.0  # per step: the optimizer step over this layer's parameters on one rank
     bucket_bytes: tuple[int, ...] = ()  # DDP (dp > 1): local gradient bytes per parameter, runtime order
+    # DDP under a lossy GradComm: per bucket_bytes entry (wire bytes, P bytes, Q bytes, compute s)
+    bucket_wire: tuple[tuple[int, int, int, float], ...] = ()
     collectives: tuple[dict, ...] = ()  # what it prices, per micro-batch (LayerPlan.collectives)
     recompute_s: float = 0.0  # per micro-batch: the forward run again in the backward (in bwd_s)
 
     def step_time_s(self, m: int) -> float:
         return m * (self.fwd_s + self.bwd_s + self.tp_comm_s) + self.dp_comm_s + self.optim_s
+
+    def bucket_entries(self, ready_s: float) -> list[tuple]:
+        """Its gradients as :func:`~galvatron_fx.cost_models.grad_sync.bucketed_sync_s` entries, all
+        ready at ``ready_s``."""
+        if not self.bucket_wire:  # summed as stored
+            return [(b, ready_s) for b in self.bucket_bytes]
+        return [(b, ready_s, *w) for b, w in zip(self.bucket_bytes, self.bucket_wire)]
 
     @property
     def bucketed(self) -> bool:
@@ -152,6 +109,20 @@ class LayerChoice:
 
     def mem_bytes(self, in_flight: int) -> int:
         return self.memory.persistent_bytes + in_flight * self.memory.activation_bytes
+
+
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gfx_option_caches", default=None)
+
+
+@contextlib.contextmanager
+def shared_option_caches():
+    """Within it, :meth:`OptionCache.for_search` hands every search of one graph and cost model
+    the same cache (the searches of one plan per gradient communication: their ILPs are alike)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 @dataclass
@@ -169,6 +140,18 @@ class OptionCache:
     _shares: dict = field(default_factory=dict)
     _inputs: dict = field(default_factory=dict)
     _fqns: dict = field(default_factory=dict)
+
+    @classmethod
+    def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
+                   lowered_prices: bool = False) -> OptionCache:
+        """A new cache, or inside :func:`shared_option_caches` the one for these arguments."""
+        caches = _SHARED.get()
+        if caches is None:
+            return cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
+        key = (id(mg), id(cost_model), vocab_parallel, lowered_prices)
+        if key not in caches:
+            caches[key] = cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
+        return caches[key]
 
     def trace(self, layer: LayerInfo, option: LayerOption | None):
         """The lowered program's collectives and memory of ``layer`` under ``option`` (None:
@@ -382,19 +365,26 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     prec = getattr(cm, "precision", None)
     gather_size = getattr(torch, prec.compute_dtype).itemsize if prec else None
     grad_size = getattr(torch, prec.grad_dtype).itemsize if prec else None
+    # the plan's gradient communication: sums in its reduce dtype, DDP matrices maybe PowerSGD factors
+    gc = space.grad_comm
+    reduce_size = grad_size if gc.reduce_dtype == "float32" else gc.reduce_bytes
 
     def dp_bytes(ps, size) -> int:
         return int(sum((p.numel * size if size else p.nbytes) * shares.get(p.name, pf) for p in ps))
 
-    gather_bytes, reduce_bytes, grad_bytes = dp_bytes(params, gather_size), dp_bytes(params, grad_size), \
-        dp_bytes(owned, grad_size)
+    # DDP: per owned parameter, last first (the runtime's order), its stored bytes (which decide the
+    # buckets) and what it puts on the wire (grad_sync.wire_entry)
+    wires = [_ddp_wire(cm, p, shares.get(p.name, pf), gc, grad_size) for p in reversed(owned)]
+    gather_bytes, reduce_bytes = dp_bytes(params, gather_size), dp_bytes(params, reduce_size)
+    grad_bytes = sum(w[1] + w[2] + w[3] for w in wires)
+    # PowerSGD's error feedback keeps one more fp32 copy of each compressed gradient, and its Q
+    feedback_bytes = sum(w[0] + w[3] for w in wires if w[2] > 0)
     fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
     dp_ranks = list(ranks[::tp])[:dp]
     tp_ranks = list(range(tp))
     saved = layer.costs.activation_bytes
     af_none = lowered.saved_bytes / saved if lowered is not None and saved > 0 else af
     numel = sum(p.numel for p in params)
-    sizes = [dp_bytes([p], grad_size) for p in reversed(owned)]  # the runtime's order: last parameter first
     # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
     for rc in rcs:
@@ -424,12 +414,14 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                                   captured_batch=captured_batch, params=params or None, tp_shard=shard,
                                   backward_temp_bytes=temp)
             sharded = dpt != DPType.DDP and dp > 1
+            if not sharded and dp > 1 and feedback_bytes:
+                mem = dataclasses.replace(mem, grad_bytes=mem.grad_bytes + feedback_bytes)
             if sharded:
                 # FSDP shards and gathers every copy a layer keeps (a tied weight's too)
                 comm = _fsdp_comm_s(cm, dpt, gather_bytes, reduce_bytes, dp_ranks, m, compute_s=fwd_s + bwd_s)
                 dp_comm = cm.exposed_fsdp_s(m * (fwd_s + bwd_s), comm) if comm > 0 else 0.0
             else:
-                share_s = _bucket_share_s(cm, grad_bytes, dp_ranks)
+                share_s = _bucket_share_s(cm, wires, dp_ranks)
                 dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
             local_numel = numel * pf / dp if sharded else numel * pf
             optim = _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
@@ -439,7 +431,8 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                 in_layout=(opt.input_layout[0] if opt and opt.input_layout else "R"),
                 out_layout=(opt.output_layout[0] if opt and opt.output_layout else "R"),
                 option=opt, optim_s=optim, recompute_s=max(0.0, (bwd_rc - bwd0) * share),
-                bucket_bytes=tuple(sizes) if dp > 1 and dpt == DPType.DDP else (),
+                bucket_bytes=tuple(w[0] for w in wires) if dp > 1 and dpt == DPType.DDP else (),
+                bucket_wire=tuple(w[1:] for w in wires) if dp > 1 and dpt == DPType.DDP and not gc.lossless else (),
                 collectives=tp_colls + dp_collective_records(dpt, dp, gather_bytes, reduce_bytes, grad_bytes),
             ))
     return out
@@ -495,18 +488,36 @@ class NoStrategyError(PlanError):
 
 
 def _with_tp1(space: SearchSpace) -> SearchSpace:
-    import dataclasses
-
     return dataclasses.replace(space, tp=(1,), max_tp=None)
 
 
-def _bucket_share_s(cm: CostModel, nbytes: int, ranks: list[int]) -> float:
-    """A DDP layer's share of its group's bucketed all-reduces: the all-reduce of its bytes less
-    that of one byte (the per-collective latency is paid per bucket, by the stage)."""
-    if len(ranks) <= 1 or nbytes == 0:
+def _ddp_wire(cm: CostModel, p, share: float, gc: GradComm, grad_size: int | None) -> tuple[int, int, int, int, float]:
+    """``(stored bytes, wire bytes, P bytes, Q bytes, compute s)`` of one DDP parameter's local
+    gradient (:func:`~galvatron_fx.cost_models.grad_sync.wire_entry`); a tensor-parallel shard
+    (``share`` < 1) is taken as split on its first dim."""
+    numel = int(p.numel * share)
+    shape = (max(1, int(p.shape[0] * share)), *p.shape[1:]) if p.shape else (numel,)
+    stored = grad_size if grad_size else max(1, p.nbytes // max(p.numel, 1))
+    _, wire, pb, qb, extra = wire_entry(cm, numel, shape, gc, stored_bytes=stored)
+    nbytes = int(p.numel * stored * share)
+    if gc.reduce_dtype == "float32" and not pb:
+        wire = nbytes  # summed as stored
+    return nbytes, wire, pb, qb, extra
+
+
+def _bucket_share_s(cm: CostModel, wires: Sequence[tuple], ranks: list[int]) -> float:
+    """A DDP layer's share of its group's bucketed all-reduces: the all-reduce of its wire bytes
+    (each round of PowerSGD's factors too) less that of one byte (the per-collective latency is
+    paid per bucket, by the stage), plus PowerSGD's compute."""
+    if len(ranks) <= 1 or not wires:
         return 0.0
-    return max(0.0, cm.collective_time_s(Collective.ALL_REDUCE, nbytes, ranks)
-               - cm.collective_time_s(Collective.ALL_REDUCE, 1, ranks))
+    one = cm.collective_time_s(Collective.ALL_REDUCE, 1, ranks)
+    total = sum(w[4] for w in wires)
+    for k in (1, 2, 3):
+        nbytes = sum(w[k] for w in wires)
+        if nbytes > 0:
+            total += max(0.0, cm.collective_time_s(Collective.ALL_REDUCE, nbytes, ranks) - one)
+    return total
 
 
 def _fsdp_comm_s(cm: CostModel, dpt: DPType, gather_bytes: int, reduce_bytes: int, ranks: list[int], m: int, *,

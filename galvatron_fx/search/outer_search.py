@@ -266,7 +266,7 @@ class _Search:
             for x in reversed(st.choices):
                 t += x.bwd_s + x.tp_comm_s / 2
                 if x.bucketed:
-                    groups.setdefault((x.dp, x.strategy.tp), []).extend((b, t) for b in x.bucket_bytes)
+                    groups.setdefault((x.dp, x.strategy.tp), []).extend(x.bucket_entries(t))
             for (dp, tp), entries in groups.items():
                 total += bucketed_sync_s(self.cm, entries, list(ranks)[::tp][:dp], t, armed=armed)
         return total

@@ -35,6 +35,7 @@ from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.search.assemble_plan import _assemble
 from galvatron_fx.search.auto_batch import AutoBatch, search_batches
 from galvatron_fx.search.candidates import OptionCache, SearchSpace
+from galvatron_fx.search.grad_comm_choice import plan_each_grad_comm
 from galvatron_fx.search.outer_search import _Search
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,16 @@ __all__ = ["plan", "search_plan", "unused_requests"]
 def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace, *, global_batch_size: int,
                 budget: int, cache: OptionCache | None = None, name: str | None = None,
                 precision: str = "fp32") -> ParallelPlan:
-    """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``."""
+    """The search on a captured graph with a given cost model, sharing ILP solutions via ``cache``;
+    ``space`` allows one gradient communication (:attr:`SearchSpace.grad_comm`)."""
     t0 = time.perf_counter()
     _check_batches(global_batch_size)
     _check_budget(budget)
     s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
-    return _assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name)
+    return dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name),
+                               grad_comm=space.grad_comm)
 
 
 def plan(
@@ -98,9 +101,13 @@ def plan(
         mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
     if any(l.costs is None for l in mg.layers):
         raise PlanError("the graph has no costs: capture it with annotate=True")
+    if len(space.grad_comm_options()) > 1:  # one search per gradient communication allowed
+        return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, cost_model=cost_model,
+                                   memory_budget=memory_budget, precision=precision, name=name, progress=progress,
+                                   baselines=baselines)
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
-    cache = OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
+    cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
 
     def new_search(gb: int, microbatches: str = "pipeline") -> _Search:
         return _Search(mg, cluster, cm, space, gb, budget, progress, cache, microbatches=microbatches)
@@ -122,7 +129,8 @@ def plan(
              "num_candidates": sum(len(v) for v in s._choices.values())}
     if found.record is not None:
         stats["batch_search"] = found.record
-    plan = _assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name)
+    plan = dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name),
+                               grad_comm=space.grad_comm)
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)

@@ -7,8 +7,8 @@ Contract
     not the plan's graph, the world sizes differ or a layer's strategy cannot be priced.
 
 Terms
-    *pinned*: every layer restricted to the plan's own choice (strategy, dp and placements), so
-    the evaluation prices exactly that plan.
+    *pinned*: every layer restricted to the plan's own choice (strategy, dp and placements), and
+    its gradient communication (``grad_comm``), so the evaluation prices exactly that plan.
 
 Algorithm
     A search space holding only the plan's values, an option cache holding only its placements
@@ -18,6 +18,7 @@ Algorithm
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from galvatron_fx.cost_models.base import CostModel
@@ -50,7 +51,9 @@ def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> Par
         sp=tuple(sorted({lp.strategy.sp for lp in plan.layers} | {SPMode.NONE})),
         dp_types=tuple(sorted({lp.strategy.dp_type for lp in plan.layers} | {DPType.DDP})),
         recompute=tuple(sorted({lp.strategy.recompute for lp in plan.layers} | {Recompute.NONE})),
-        pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,))
+        pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,),
+        reduce_dtypes=(plan.grad_comm.reduce_dtype,),
+        powersgd_ranks=(plan.grad_comm.powersgd_rank,), powersgd_start_step=plan.grad_comm.powersgd_start_step)
     options = _PlanOptions(mg, cost_model, plan=plan)
     check_placements(plan, mg, decomposed=options.decomposed)
     s = _Pinned(plan, mg, cluster, cost_model, space, plan.global_batch_size, plan.predicted.memory_budget_bytes,
@@ -59,8 +62,9 @@ def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> Par
                       plan.global_batch_size // plan.num_microbatches)
     if cand is None:
         raise PlanError(f"{plan.model}: the cost model cannot price this plan")
-    return _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, dict(plan.solver_stats),
-                     plan.baseline, plan.precision, plan.model)
+    return dataclasses.replace(
+        _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, dict(plan.solver_stats),
+                  plan.baseline, plan.precision, plan.model), grad_comm=plan.grad_comm)
 
 
 @dataclass

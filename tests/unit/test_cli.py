@@ -105,6 +105,11 @@ def test_plan_on_the_users_own_module(tmp_path, monkeypatch, capsys):
                "bf16", "--no-baselines", "--ilp-prices"])
     assert rc == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("plan for my_models:build on 8 devices in bf16:")
+    # lossy gradient communication, allowed from the command line: bf16 sums where there are dp sums
+    rc = main(["plan", "--model", "my_models:build", "--cluster", "dgx-a100-80g", "--nodes", "2", "--batch", "16",
+               "--no-baselines", "--ilp-prices", "--max-tp", "1", "--pp", "1", "--reduce-dtypes", "float32,bfloat16",
+               "--powersgd-ranks", "0"])
+    assert rc == 0 and "(gradient sums bf16)" in capsys.readouterr().out.splitlines()[0]
 
 
 @pytest.mark.parametrize("argv, expect", [

@@ -47,6 +47,10 @@ STRATEGIES = {
     "recompute": dict(tp=(2,), sp=(SPMode.NONE,), recompute=(Recompute.FULL,)),
     "selective": dict(tp=(1,), recompute=(Recompute.SELECTIVE,)),
     "pp": dict(pp=(2,), tp=(1,), num_microbatches=(2,), schedules=("1f1b",)),
+    # gradient communication: the sums' bytes in bf16, PowerSGD's factors
+    "ddp-bf16": dict(tp=(1,), dp_types=(DPType.DDP,), recompute=(Recompute.NONE,), reduce_dtypes=("bfloat16",)),
+    "zero3-bf16": dict(tp=(1,), dp_types=(DPType.ZERO3,), recompute=(Recompute.NONE,), reduce_dtypes=("bfloat16",)),
+    "ddp-powersgd": dict(tp=(1,), dp_types=(DPType.DDP,), recompute=(Recompute.NONE,), powersgd_ranks=(4,)),
 }
 
 
@@ -89,6 +93,12 @@ def test_the_program_issues_the_collectives_the_plan_priced(tiny, a100, key, tmp
     assert moved > 0  # something to compare
     if key == "pp":
         assert plan.pp == 2 and set(prog.stages) == {0, 1}
+    if key in ("ddp-bf16", "zero3-bf16", "ddp-powersgd"):  # fewer bytes than the fp32 sums of the same plan
+        fp32 = _program(tiny, a100, key.split("-")[0], tmp_path_factory)[2]
+        dp_bytes = lambda s: sum(c["bytes"] for lay in s["layers"] for c in  # noqa: E731
+                                 lay["bw_collectives"] + lay["step_collectives"] if c["op"] in ("all_reduce", "reduce_scatter"))
+        ratio = dp_bytes(summary) / dp_bytes(fp32)
+        assert (0.45 < ratio <= 0.55) if key.endswith("bf16") else ratio < 0.2, (key, ratio)
 
 
 def test_a_plan_that_priced_other_collectives_does_not_match(tiny, a100, tmp_path_factory):
