@@ -221,7 +221,7 @@ def _throughput(new_search, batches: list[int], spec: AutoBatch | None, world: i
     best = best_search = None
     tried, errors = [], []
     for gb in sorted(batches, reverse=True):
-        s = new_search(gb, "accumulate" if spec is not None else "pipeline")
+        s = new_search(gb, "accumulate")
         bound = gb / (best.samples * best.m / best.step_time_s) if best is not None else math.inf
         try:
             cand = s.run(bound)
@@ -303,7 +303,7 @@ def _largest(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRe
             bad = b
             break
     if good is None:  # not even the smallest at once: in more micro-batches, or the PlanError saying what fits
-        s = new_search(lo)
+        s = new_search(lo, "accumulate")
         best = s.run()
         note = (f"global batch {lo} in {best.m} micro-batch(es) chosen automatically: the smallest of the range, "
                 f"which fits only in more micro-batches than its pipeline needs (multiples of {q} from {lo})")
@@ -314,7 +314,7 @@ def _largest(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRe
             good = mid
         else:
             bad = mid
-    s = new_search(good)
+    s = new_search(good, "pipeline")  # (at once: no accumulation beyond the pipeline's micro-batches)
     best = s.run()
     limit = f"{bad} does not fit" if bad is not None else f"the range ends at {hi}"
     note = (f"global batch {good} in {best.m} micro-batch(es) chosen automatically: the largest that fits at once, "

@@ -3,7 +3,8 @@ micro-batches and schedule around the per-stage inter-layer DP (``_Search``; :fu
 runs it, :mod:`~galvatron_fx.search.auto_batch` once per candidate batch).
 
 Algorithm, for each pipeline degree ``pp`` (a divisor of the world), micro-batch count ``m``
-(a divisor of the global batch, ``≥ pp`` under 1F1B) and schedule:
+(a divisor of the global batch on a geometric ladder, ``≥ pp`` under 1F1B; without a pipeline,
+``m > 1`` is gradient accumulation) and schedule:
 1. price every layer's choices in a stage of ``D = world / pp`` ranks
    (:mod:`galvatron_fx.search.candidates`; intra-layer ILPs cached per kind, tp and SP mode);
 2. start from the stage boundaries that balance each layer's fastest time (a linear-partition
@@ -72,12 +73,13 @@ class _Search:
 
     def __init__(self, mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace,
                  global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None, *,
-                 microbatches: str = "pipeline"):
+                 microbatches: str = "accumulate"):
         self.mg, self.cluster, self.cm, self.space = mg, cluster, cm, space
-        # which micro-batch counts a point may take: "pipeline" — several only with a pipeline;
-        # "accumulate" — also without one (gradient accumulation: a batch larger than memory
-        # holds at once still trains); "fewest" — the fewest the schedule allows (what fits at
-        # once: the automatic batch search's probes)
+        # which micro-batch counts a point may take: "accumulate" — several also without a
+        # pipeline (gradient accumulation: fewer activations held, no bubble; it can beat
+        # recomputation or a pipeline when memory is short); "pipeline" — several only with a
+        # pipeline (the automatic batch's largest batch that fits at once); "fewest" — the
+        # fewest the schedule allows (what fits at once: its probes)
         assert microbatches in ("pipeline", "accumulate", "fewest"), microbatches
         self.microbatches = microbatches
         # the budget is what a device may show in use; the tensors get what its fixed terms leave
@@ -366,7 +368,7 @@ class _Search:
             vals = [m for m in range(1, min(self.global_batch, self.space.max_microbatches) + 1)
                     if self.global_batch % m == 0]
             if pp == 1 and self.microbatches != "accumulate":
-                vals = vals[:1]  # without a pipeline, accumulation only costs time
+                vals = vals[:1]
             else:
                 # a geometric ladder from pp upwards keeps the search short
                 ladder, v = [], pp

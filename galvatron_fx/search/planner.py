@@ -109,7 +109,7 @@ def plan(
     budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
     cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
 
-    def new_search(gb: int, microbatches: str = "pipeline") -> _Search:
+    def new_search(gb: int, microbatches: str = "accumulate") -> _Search:
         return _Search(mg, cluster, cm, space, gb, budget, progress, cache, microbatches=microbatches)
 
     found = search_batches(new_search, batches, cluster.world_size, mg)

@@ -55,7 +55,8 @@ def test_memory_pressure_brings_sharding_then_recompute_then_pipelines(gpt2, rtx
     tight = _plan(gpt2, rtx, 7)
     assert max(tight.predicted.device_peak_bytes) <= 7 * GiB
     assert any(l.strategy.dp_type != DPType.DDP for l in tight.layers)
-    assert any(l.strategy.recompute != Recompute.NONE for l in tight.layers) or tight.pp > 1
+    # (accumulating micro-batches without a pipeline counts: it holds one micro-batch's activations)
+    assert any(l.strategy.recompute != Recompute.NONE for l in tight.layers) or tight.num_microbatches > 1
     tighter = _plan(gpt2, rtx, 3)
     assert max(tighter.predicted.device_peak_bytes) <= 3 * GiB and tighter.pp > 1 and not tighter.notes
     assert roomy.predicted.step_time_s <= tight.predicted.step_time_s * 1.001
