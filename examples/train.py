@@ -7,7 +7,9 @@ Run under ``torchrun --standalone --nproc-per-node 4 examples/train.py`` (gloo; 
 2. plan: capture the model, search once without a memory limit, then again under a budget of
    ``--budget-fraction`` of that plan's predicted peak, so the plan has to shard, recompute or
    split tensors (tighter budgets are tried until the plan differs); the demo keeps one pipeline
-   stage (``search={"pp": (1,)}``; pipelined plans run too: ``tests/dist/test_pipeline.py``).
+   stage and one micro-batch (``search={"pp": (1,), "num_microbatches": (1,)}``: its memory
+   measurement follows one call of each layer per step; pipelined and accumulating plans run too:
+   ``tests/dist/test_pipeline.py``, ``tests/dist/test_hf_models.py``).
    Planning happens on rank 0; the plan is broadcast;
 3. train ``--steps`` AdamW steps on a small fixed synthetic dataset (token sequences that repeat
    with a short period, so the loss falls visibly) with a progress bar on stderr;
@@ -155,7 +157,9 @@ def _start_batch(args) -> int:
 
 def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
     """Rank 0: capture, plan unconstrained, then under a budget tight enough to change the plan."""
-    search = {"pp": (1,)}
+    # one pipeline stage, one micro-batch: MemTracker (the measured peak) follows one call of
+    # each layer per step, so the demo does not accumulate micro-batches either
+    search = {"pp": (1,), "num_microbatches": (1,)}
     if args.ddp_only:
         search["dp_types"] = ("ddp",)
     t0 = time.perf_counter()

@@ -305,19 +305,25 @@ def _budget_case(family: str, world: int) -> dict:
 
 
 def _auto_batch_case(family: str, world: int) -> dict:
-    """compile() with an automatic batch in [4, 16] under a budget between the peaks of batch 4
-    and batch 16 in one pass (no recompute, no pipeline): the search takes 16 in several
-    micro-batches (gradient accumulation), and train_step runs that split like one process."""
+    """compile() with an automatic batch in [4, 16] under a budget between the peaks of batch 16
+    in four micro-batches and in one pass (plain data parallelism, no recompute, no pipeline):
+    the search takes 16 in several micro-batches (gradient accumulation), and train_step runs
+    that split like one process."""
     import torch
 
     import galvatron_fx as gfx
 
     model, batch = hf_tiny.build(family)
-    space = {"pp": (1,), "recompute": ("none",)}
+    # plain data parallelism, no recomputation, no pipeline: accumulation is the only way to save memory
+    space = {"pp": (1,), "tp": (1,), "recompute": ("none",), "dp_types": ("ddp",)}
     cluster = gfx.Cluster.local_cpu(world)
     mg = gfx.capture(model, (), example_kwargs={k: v[:4] for k, v in batch.items()})
-    peaks = {gb: max(gfx.plan(mg, cluster, global_batch_size=gb, search=space, baselines=False)
-                     .predicted.device_peak_bytes) for gb in (4, 16)}
+    def peak(gb: int, m: int) -> int:
+        return max(gfx.plan(mg, cluster, global_batch_size=gb, search={**space, "num_microbatches": (m,)},
+                            baselines=False).predicted.device_peak_bytes)
+
+    # between 16 samples in micro-batches of 4 (gradients held across them) and 16 in one pass
+    peaks = {4: peak(16, 4), 16: peak(16, 1)}
     budget = (peaks[4] + peaks[16]) // 2
     pm = gfx.compile(copy.deepcopy(model), cluster, batch, global_batch_size=gfx.AutoBatch(min_batch=4, max_batch=16),
                      memory_budget=budget, search=space)
