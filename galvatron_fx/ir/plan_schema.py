@@ -326,13 +326,16 @@ def _dict_of(v: Any, at: str, conv) -> dict:
 
 
 def _parse_strategy(v: Any, at: str) -> LayerStrategy:
-    d = _obj(v, at, ("tp", "sp", "dp_type", "recompute"))
+    d = _obj(v, at, ("tp", "sp", "dp_type", "recompute"), optional=("offload",))
     tp = _int(d["tp"], f"{at}.tp", rng=limits.DEGREE)
     sp = _str(d["sp"], f"{at}.sp", tuple(SPMode))
     dpt = _str(d["dp_type"], f"{at}.dp_type", tuple(DPType))
     rc = _str(d["recompute"], f"{at}.recompute", tuple(Recompute))
+    offload = d.get("offload", False)
+    if not isinstance(offload, bool):
+        raise _FieldError(f"{at}.offload", f"must be true or false, got {_jtype(offload)} {offload!r}")
     try:
-        return LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc)
+        return LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc, offload=offload)
     except ValueError as e:
         raise _FieldError(at, f"is impossible: {e}") from None
 

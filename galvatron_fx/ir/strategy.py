@@ -33,12 +33,22 @@ class DPType(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LayerStrategy:
-    """One choice for one layer."""
+    """One choice for one layer.
+
+    ``offload``: the layer's optimizer step runs on the host (CPU offload). Under DDP (and at
+    dp = 1) the device keeps its working parameters and gradients; an fp32 master copy of the
+    parameters, their gradients and the optimizer states live in host memory: after the gradient
+    sync the gradients go to the host, the optimizer steps the master copy there, and the updated
+    parameters come back before the next forward. Under ZeRO-2/3 (dp > 1) the sharded parameters,
+    gradients and optimizer states all live in host memory (FSDP2's ``CPUOffloadPolicy``): each
+    gather copies the shards to the device first, each reduce-scatter's shard goes back.
+    """
 
     tp: int = 1
     sp: SPMode = SPMode.NONE
     dp_type: DPType = DPType.DDP
     recompute: Recompute = Recompute.NONE
+    offload: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sp", SPMode(self.sp))
@@ -48,13 +58,17 @@ class LayerStrategy:
             raise ValueError(f"tp must be >= 1, got {self.tp}")
         if self.sp != SPMode.NONE and self.tp == 1:
             raise ValueError(f"{self.sp} sequence parallelism needs a group of tp > 1 ranks")
+        if not isinstance(self.offload, bool):
+            raise ValueError(f"offload must be True or False, got {self.offload!r}")
 
     def to_dict(self) -> dict:
-        return {"tp": self.tp, "sp": str(self.sp), "dp_type": str(self.dp_type), "recompute": str(self.recompute)}
+        d = {"tp": self.tp, "sp": str(self.sp), "dp_type": str(self.dp_type), "recompute": str(self.recompute)}
+        return d | {"offload": True} if self.offload else d  # absent when off: older plans read alike
 
     @classmethod
     def from_dict(cls, d: dict) -> LayerStrategy:
-        return cls(tp=int(d["tp"]), sp=d["sp"], dp_type=d["dp_type"], recompute=d["recompute"])
+        return cls(tp=int(d["tp"]), sp=d["sp"], dp_type=d["dp_type"], recompute=d["recompute"],
+                   offload=bool(d.get("offload", False)))
 
     def short(self) -> str:
         """``tp2+sp·zero3·full`` style label for tables."""
@@ -62,6 +76,8 @@ class LayerStrategy:
         s += f"·{self.dp_type}"
         if self.recompute != Recompute.NONE:
             s += f"·{self.recompute}"
+        if self.offload:
+            s += "·offload"
         return s
 
 
