@@ -23,7 +23,12 @@ allowed), its throughput compared with the best baseline's and the fixed-batch p
 per second (``throughput_ratio_vs_best_baseline``, ``throughput_ratio_vs_fixed``), with the
 plan's note saying why that batch; ``auto_batch_wins`` lists the combos where it fits where the
 fixed batch does not, or beats every baseline and the fixed-batch plan by more than 1%.
-Prints a table and writes ``benchmarks/results/plan_quality.json``
+Baselines include ``fsdp+offload`` (ZeRO-3-Offload: every layer's shards and optimizer step in host
+memory). A plan that offloads has an ``offload`` record (layers offloaded, host memory per node,
+the ratio to the best offload baseline, ``reason``); ``offload_wins`` lists the combos where
+offload lets the model fit where no baseline without it does, or beats every baseline by more
+than 1%. ``worse_than_previous`` lists the combos whose plan is slower than in the results file
+the run replaces. Prints a table and writes ``benchmarks/results/plan_quality.json``
 (``{"rows": [...], "min_ratio": ..., "below_1": [...], "auto_batch_wins": [...], "skipped": [...],
 "machine": {...}}``).
 
@@ -126,6 +131,55 @@ def _auto_wins(row: dict) -> bool:
             and a.get("throughput_ratio_vs_best_baseline", math.inf) > 1.01)
 
 
+def _offload(p, baselines: dict, best) -> dict:
+    """A plan that offloads: how many layers, the host memory it keeps, and why it wins (or not)
+    against the baselines: none without offload fits, or it beats every one, offload's included."""
+    n = sum(lp.strategy.offload for lp in p.layers)
+    pr = p.predicted
+    plain = {k: v for k, v in baselines.items() if v is not None and "offload" not in k}
+    with_off = {k: v for k, v in baselines.items() if v is not None and "offload" in k}
+    out = {"offloaded_layers": n, "layers": len(p.layers), "host_gib_per_node": max(pr.host_node_bytes) / 2**30,
+           "host_budget_gib_per_node": (pr.host_budget_bytes or 0) / 2**30}
+    parts = [f"{n} of {len(p.layers)} layers keep their optimizer step (ZeRO: their shards too) in host memory, "
+             f"{out['host_gib_per_node']:.1f} GiB per node of {out['host_budget_gib_per_node']:.0f} GiB"]
+    if not plain:
+        parts.append("no baseline fits without offload")
+    if with_off:
+        name, t = min(with_off.items(), key=lambda kv: kv[1])
+        out["best_offload_baseline"], out["ratio_vs_best_offload_baseline"] = name, t / pr.step_time_s
+        parts.append(f"{t / pr.step_time_s:.3f}× the best offload baseline ({name}: every layer offloaded)")
+    else:
+        parts.append("no baseline fits, offload's included")
+    ratio = best[1].predicted.step_time_s / pr.step_time_s if best else None
+    out["wins"] = not plain or (ratio is not None and ratio > 1.01)
+    out["reason"] = "; ".join(parts)
+    return out
+
+
+def _worse_than_previous(rows: list[dict]) -> list[str]:
+    """Rows whose plan is slower than (or no longer fits where it fit in) the results file this
+    run replaces, same combo."""
+    from _common import RESULTS
+
+    path = RESULTS / "plan_quality.json"
+    if not path.exists():
+        return []
+    import json
+
+    old = {(r["model"], r["cluster"], r["memory_gib"]): r for r in json.loads(path.read_text()).get("rows", [])}
+    out = []
+    for r in rows:
+        o = old.get((r["model"], r["cluster"], r["memory_gib"]))
+        if o is None or not o.get("fits"):
+            continue
+        if not r["fits"]:
+            out.append(f"{r['model']} {r['cluster']} {r['memory_gib']:.0f} GiB: fitted before, not now")
+        elif r["step_time_s"] > o["step_time_s"] * (1 + 1e-6):
+            out.append(f"{r['model']} {r['cluster']} {r['memory_gib']:.0f} GiB: {o['step_time_s']:.4g} s -> "
+                       f"{r['step_time_s']:.4g} s")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 models × the two 8-GPU presets, full memory")
@@ -204,6 +258,8 @@ def main() -> None:
                         row["note"] = "no baseline fits; only the search finds a plan"
                     if max(p.predicted.peak_memory_bytes) > budget:
                         row["bug"] = (row.get("bug", "") + "; " if "bug" in row else "") + "plan exceeds its budget"
+                if p is not None and any(lp.strategy.offload for lp in p.layers):
+                    row["offload"] = _offload(p, row["baselines"], best)
                 row["auto_batch"] = _auto_batch(gfx, mg, cluster, cm, gb, budget, p, best)
                 rows.append(row)
                 r = row.get("ratio_vs_best_baseline")
@@ -214,6 +270,8 @@ def main() -> None:
                       + (f"  BUG: {row['bug']}" if "bug" in row else ""), flush=True)
                 if "why" in row:
                     print(f"{'':>11}   why: {row['why']}", flush=True)
+                if "offload" in row:
+                    print(f"{'':>11}   offload: {row['offload']['reason']}", flush=True)
                 a = row["auto_batch"]
                 if a["fits"]:
                     vs_b = a.get("throughput_ratio_vs_best_baseline")
@@ -246,7 +304,15 @@ def main() -> None:
         print(f"  {w['model']} {w['cluster']} {w['memory_gib']:.0f} GiB: {w['note']}")
         if w.get("why"):
             print(f"      against the fixed batch's plan: {w['why']}")
-    path = write_results("plan_quality", {"rows": rows, "min_ratio": min_ratio, "ratio_never_below_1": never_below,
+    owins = [{"model": r["model"], "cluster": r["cluster"], "memory_gib": r["memory_gib"], **r["offload"]}
+             for r in rows if r.get("offload", {}).get("wins")]
+    print(f"CPU offload: {len(owins)} combo(s) where it lets the model fit where no baseline without offload does, "
+          "or beats every baseline by more than 1%:")
+    for w in owins:
+        print(f"  {w['model']} {w['cluster']} {w['memory_gib']:.0f} GiB: {w['reason']}")
+    worse = _worse_than_previous(rows)
+    print(f"rows worse than the previous results: {len(worse)}" + "".join(f"\n  {w}" for w in worse))
+    path = write_results("plan_quality", {"rows": rows, "offload_wins": owins, "worse_than_previous": worse, "min_ratio": min_ratio, "ratio_never_below_1": never_below,
                                           "below_1": below, "auto_batch_wins": wins, "baselines_never_fit": never_fit, "skipped": skipped,
                                           "quick": args.quick, "wall_s": wall, "machine": machine()})
     print(f"wrote {path}")

@@ -112,6 +112,14 @@ class DeviceSpec:
     context_bytes: int = 0
     comm_buffer_bytes: int = 0
     allocator_factor: float = 1.0
+    # the host tier (CPU offload, :mod:`galvatron_fx.cost_models.offload`): the host memory one
+    # device's process may use (its node's share; None: none beside the device — a CPU "device"
+    # is host memory already, so nothing moves off it), the host link's bandwidth in each
+    # direction per device (PCIe, C2C; None: PCIe 4.0 x16's achievable figure) and the AdamW
+    # parameter updates per second of one device's share of the host's cores (None: an estimate)
+    host_memory_bytes: int | None = None
+    host_link_bytes_s: float | None = None
+    host_optimizer_params_s: float | None = None
 
     def flops(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (a torch dtype name such as ``"bfloat16"``)."""
@@ -237,7 +245,7 @@ class Cluster:
             "name": self.name,
             "num_nodes": self.num_nodes,
             "devices_per_node": self.devices_per_node,
-            "device_specs": {k: dataclasses.asdict(v) for k, v in self.device_specs.items()},
+            "device_specs": {k: _device_to_dict(v) for k, v in self.device_specs.items()},
             "node_kinds": list(self.node_kinds),
             "intra_node": _tier_to_dict(self.intra_node),
             "inter_node": _tier_to_dict(self.inter_node),
@@ -482,7 +490,16 @@ _CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_al
                      "fingerprint", "slow_links"}
 
 
-_DEVICE_OPTIONAL = ("kernel_overhead_s", "layer_overhead_s", "context_bytes", "comm_buffer_bytes", "allocator_factor")
+_HOST_KEYS = ("host_memory_bytes", "host_link_bytes_s", "host_optimizer_params_s")
+_DEVICE_OPTIONAL = ("kernel_overhead_s", "layer_overhead_s", "context_bytes", "comm_buffer_bytes", "allocator_factor",
+                    *_HOST_KEYS)
+
+
+def _device_to_dict(spec: DeviceSpec) -> dict[str, Any]:
+    """A device spec's JSON form; the host tier's fields only when known (so clusters without
+    one keep their JSON and hash)."""
+    d = dataclasses.asdict(spec)
+    return {k: v for k, v in d.items() if not (k in _HOST_KEYS and v is None)}
 
 
 def _device_optional(s: Mapping[str, Any], sw: str) -> dict[str, Any]:
@@ -496,6 +513,12 @@ def _device_optional(s: Mapping[str, Any], sw: str) -> dict[str, Any]:
             out[key] = int(read_number(s, key, sw, positive=False, integer=True, rng=limits.BYTES))
     if "allocator_factor" in s:
         out["allocator_factor"] = float(read_number(s, "allocator_factor", sw, rng=limits.FACTOR))
+    if s.get("host_memory_bytes") is not None:
+        out["host_memory_bytes"] = int(read_number(s, "host_memory_bytes", sw, positive=False, integer=True,
+                                                   rng=limits.BYTES))
+    for key in ("host_link_bytes_s", "host_optimizer_params_s"):
+        if s.get(key) is not None:
+            out[key] = float(read_number(s, key, sw, rng=limits.BYTES_S))
     return out
 
 

@@ -47,28 +47,39 @@ MiB = 2**20
 # Overlap slowdown: communication kernels take SMs and HBM bandwidth from compute; 1.1-1.3 is
 # typical for NVLink systems, more on PCIe where collectives stage through the host.
 
+# the host tier (CPU offload). Host memory: DGX A100, DGX H100 and HGX H200 systems ship 2 TiB,
+# an 8×RTX 4090 server is taken with 512 GiB; each device's process gets an eighth. Host link:
+# pinned copies achieve about 80% of PCIe's per-direction peak (4.0 x16: 32 GB/s -> 25 GB/s;
+# 5.0 x16: 64 GB/s -> 50 GB/s). Host optimizer: torch's foreach AdamW on CPU is bound by memory
+# traffic (parameter, gradient and two states read, three written: 28 bytes per fp32 parameter,
+# in several passes); about 1e9 parameter updates per second on a two-socket host, shared by 8
+# devices. Estimates: ``galvatron-fx profile`` measures each on the real machine.
+_HOST_PCIE4 = {"host_memory_bytes": 256 * GiB, "host_link_bytes_s": 25e9, "host_optimizer_params_s": 1.25e8}
+_HOST_PCIE5 = {"host_memory_bytes": 256 * GiB, "host_link_bytes_s": 50e9, "host_optimizer_params_s": 1.25e8}
+_HOST_WORKSTATION = {"host_memory_bytes": 64 * GiB, "host_link_bytes_s": 25e9, "host_optimizer_params_s": 1.25e8}
+
 _FIXED = {"kernel_overhead_s": 5e-6, "layer_overhead_s": 2e-4, "context_bytes": 512 * MiB, "allocator_factor": 1.25}
 
 DEVICES: dict[str, dict] = {
     "A100-SXM-80GB": {
         "memory_bytes": 80 * GiB,
         "peak_flops": {"float32": 19.5e12, "tfloat32": 156e12, "bfloat16": 312e12, "float16": 312e12},
-        "memory_bandwidth_bytes_s": 2.039e12, "comm_buffer_bytes": 640 * MiB, **_FIXED,
+        "memory_bandwidth_bytes_s": 2.039e12, "comm_buffer_bytes": 640 * MiB, **_FIXED, **_HOST_PCIE4,
     },
     "H100-SXM-80GB": {
         "memory_bytes": 80 * GiB,
         "peak_flops": {"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
-        "memory_bandwidth_bytes_s": 3.35e12, "comm_buffer_bytes": GiB, **_FIXED,
+        "memory_bandwidth_bytes_s": 3.35e12, "comm_buffer_bytes": GiB, **_FIXED, **_HOST_PCIE5,
     },
     "H200-SXM-141GB": {
         "memory_bytes": 143771 * MiB,
         "peak_flops": {"float32": 67e12, "tfloat32": 494.5e12, "bfloat16": 989e12, "float16": 989e12},
-        "memory_bandwidth_bytes_s": 4.8e12, "comm_buffer_bytes": GiB, **_FIXED,
+        "memory_bandwidth_bytes_s": 4.8e12, "comm_buffer_bytes": GiB, **_FIXED, **_HOST_PCIE5,
     },
     "RTX4090-24GB": {
         "memory_bytes": 24 * GiB,
         "peak_flops": {"float32": 82.6e12, "tfloat32": 82.6e12, "bfloat16": 165.2e12, "float16": 165.2e12},
-        "memory_bandwidth_bytes_s": 1.008e12, "comm_buffer_bytes": 256 * MiB, **_FIXED,
+        "memory_bandwidth_bytes_s": 1.008e12, "comm_buffer_bytes": 256 * MiB, **_FIXED, **_HOST_WORKSTATION,
     },
 }
 

@@ -100,6 +100,19 @@ def add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--powersgd-ranks", type=_int_tuple, default=None,
                    help="PowerSGD ranks DDP gradient matrices may be compressed to, 0 for none, e.g. 0,4 (lossy; "
                         "default 0)")
+    p.add_argument("--offload", choices=OFFLOAD_CHOICES, default=None,
+                   help="CPU offload of optimizer steps (and ZeRO shards) to host memory: 'auto' where a stage fits "
+                        "its devices no other way (default), 'never', or 'all' layers")
+    p.add_argument("--host-memory", type=float, default=None,
+                   help="host memory offloaded layers may keep per node, in GiB (default: the nodes' host memory)")
+
+
+OFFLOAD_CHOICES = ("auto", "never", "all")
+
+
+def offload_space(choice: str | None) -> tuple[bool, ...]:
+    """``SearchSpace.offload`` for an ``--offload`` choice (None: auto)."""
+    return {"auto": (False, True), "never": (False,), "all": (True,)}[choice or "auto"]
 
 
 def _inspect(p: argparse.ArgumentParser) -> None:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx.commands import DEFAULT_PRECISION, PRECISIONS
+from galvatron_fx.commands import DEFAULT_PRECISION, OFFLOAD_CHOICES, PRECISIONS, offload_space
 from galvatron_fx.errors import ConfigError
 
 # key -> (type, default); the flags of `galvatron-fx train` carry the same names
@@ -46,7 +46,7 @@ FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "cluster": (str, "local-cpu"), "nodes": (int, None),
     "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, DEFAULT_PRECISION), "memory": ((int, float), None),
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
-    "reduce_dtypes": (list, None), "powersgd_ranks": (list, None),
+    "reduce_dtypes": (list, None), "powersgd_ranks": (list, None), "offload": (str, None), "host_memory": ((int, float), None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
     "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
     "efficiency_every": (int, 10),
@@ -95,6 +95,8 @@ def resolve_run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"precision {run['precision']!r}: choose one of {', '.join(PRECISIONS)}")
     if run["optimizer"] not in OPTIMIZERS:
         raise ConfigError(f"optimizer {run['optimizer']!r}: choose one of {', '.join(OPTIMIZERS)}")
+    if run["offload"] is not None and run["offload"] not in OFFLOAD_CHOICES:
+        raise ConfigError(f"offload {run['offload']!r}: choose one of {', '.join(OFFLOAD_CHOICES)}")
     if run["steps"] < 1:
         raise ConfigError(f"steps must be >= 1, got {run['steps']}")
     return run
@@ -180,7 +182,8 @@ def run_cli(args: argparse.Namespace) -> int:
     space = SearchSpace(tp=tuple(run["tp"]) if run["tp"] else None, max_tp=run["max_tp"],
                         pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"],
                         reduce_dtypes=tuple(run["reduce_dtypes"] or ("float32",)),
-                        powersgd_ranks=tuple(run["powersgd_ranks"] or (0,)))
+                        powersgd_ranks=tuple(run["powersgd_ranks"] or (0,)), offload=offload_space(run["offload"]),
+                        host_memory_budget=int(run["host_memory"] * 2**30) if run["host_memory"] is not None else None)
     budget = int(run["memory"] * 2**30) if run["memory"] is not None else None
     given = ParallelPlan.load(run["plan"]) if run["plan"] else None
     pm = gfx_compile(model, cluster, example, global_batch_size=wanted or batch, memory_budget=budget, search=space,

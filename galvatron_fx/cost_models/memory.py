@@ -13,6 +13,12 @@ Terms (per rank, bytes):
 - *activations*: what the layer keeps from forward to backward for ONE micro-batch
   (``LayerCosts.activation_bytes_for(recompute)``, measured), scaled to the local micro-batch,
   the compute dtype and the tensor-parallel shard.
+- *host*: what CPU offload (``LayerStrategy.offload``) keeps in host memory instead of on the
+  device: under DDP the fp32 master parameters, their gradients and the optimizer states (the
+  device keeps working parameters and gradients, no optimizer state); under ZeRO-2/3 the
+  sharded parameters, gradients and optimizer states (the device keeps none of them, only the
+  gathered copies and, while a gather starts, the shard copied in). Host bytes never count
+  against the device; a stage's host memory (:func:`stage_host_bytes`) is held to the host budget.
 - *temp*: the largest transient while the layer runs: ZeRO-3's gathered parameters (current and
   prefetched layer), the unsharded gradients before their reduce-scatter, the activations that
   recomputation brings back during the layer's backward, and (when measured,
@@ -98,6 +104,7 @@ class LayerMemory:
     optimizer_bytes: int = 0
     activation_bytes: int = 0
     temp_bytes: int = 0
+    host_bytes: int = 0  # in host memory (CPU offload), not on the device
 
     @property
     def persistent_bytes(self) -> int:
@@ -114,7 +121,10 @@ class LayerMemory:
         return LayerMemory(**kw)
 
     def to_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not d["host_bytes"]:
+            del d["host_bytes"]
+        return d
 
 
 def sharded_numel(shape: tuple[int, ...], dp: int) -> int:
@@ -183,6 +193,13 @@ def layer_memory(
     zero3_gathered = 0.0
     if sharded and strategy.dp_type == DPType.ZERO3:
         zero3_gathered = 2 * unsharded_b  # this layer's gathered params + the prefetched next
+    host_b = 0.0
+    if strategy.offload:
+        host_b = param_b + grad_b + optim_b  # the master (DDP) or the shards (ZeRO), with grads and states
+        optim_b = 0.0
+        if sharded:  # the device keeps only the gathered copies, and a shard while it is copied in
+            temp += param_b
+            param_b = grad_b = 0.0
     return LayerMemory(
         param_bytes=int(param_b),
         unsharded_param_bytes=int(unsharded_b) if strategy.dp_type == DPType.ZERO2 and sharded else 0,
@@ -190,6 +207,7 @@ def layer_memory(
         optimizer_bytes=int(optim_b),
         activation_bytes=int(act),
         temp_bytes=int(temp + zero3_gathered),
+        host_bytes=int(host_b),
     )
 
 
@@ -214,6 +232,11 @@ def stage_peak_bytes(memories: list[LayerMemory], in_flight: int | list[int], *,
         held -= acts[i]
         made += memories[i].grad_bytes
     return fixed + max(peak, made)
+
+
+def stage_host_bytes(memories: list[LayerMemory]) -> int:
+    """Host memory one rank's offloaded layers keep (CPU offload), for the whole step."""
+    return sum(m.host_bytes for m in memories)
 
 
 # process groups a rank holds, for the budget the search holds tensors to: the world, a

@@ -48,6 +48,8 @@ class LayerPrediction:
     # layer's parameters, gradients, optimizer state and held activations, plus the largest
     # temporary (None in plans written before it was recorded)
     stage_bytes: int | None = None
+    # what CPU offload keeps of this layer in host memory on one rank (not in memory_bytes)
+    host_bytes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory_breakdown", dict(self.memory_breakdown))
@@ -62,7 +64,8 @@ class LayerPrediction:
                 "transition_s": self.transition_s, "memory_bytes": self.memory_bytes,
                 "memory_breakdown": dict(self.memory_breakdown),
                 **({"optimizer_s": self.optimizer_s} if self.optimizer_s else {}),
-                **({"stage_bytes": self.stage_bytes} if self.stage_bytes is not None else {})}
+                **({"stage_bytes": self.stage_bytes} if self.stage_bytes is not None else {}),
+                **({"host_bytes": self.host_bytes} if self.host_bytes else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +155,11 @@ class PlanPrediction:
     peak_flops: float | None = None
     mfu: float | None = None
     compute_density: tuple[float, ...] = ()
+    # CPU offload (empty / None when no layer offloads): per stage, the host memory one rank's
+    # offloaded layers keep; per node, its ranks' sum; and the host budget per node it was held to
+    host_memory_bytes: tuple[int, ...] = ()
+    host_node_bytes: tuple[int, ...] = ()
+    host_budget_bytes: int | None = None
 
     @property
     def device_peak_bytes(self) -> tuple[int, ...]:
@@ -163,6 +171,8 @@ class PlanPrediction:
         object.__setattr__(self, "reserved_peak_bytes", tuple(self.reserved_peak_bytes))
         object.__setattr__(self, "breakdown", dict(self.breakdown))
         object.__setattr__(self, "compute_density", tuple(self.compute_density))
+        object.__setattr__(self, "host_memory_bytes", tuple(self.host_memory_bytes))
+        object.__setattr__(self, "host_node_bytes", tuple(self.host_node_bytes))
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
@@ -174,4 +184,7 @@ class PlanPrediction:
                 **({"model_flops": self.model_flops} if self.model_flops is not None else {}),
                 **({"peak_flops": self.peak_flops} if self.peak_flops is not None else {}),
                 **({"mfu": self.mfu} if self.mfu is not None else {}),
-                **({"compute_density": list(self.compute_density)} if self.compute_density else {})}
+                **({"compute_density": list(self.compute_density)} if self.compute_density else {}),
+                **({"host_memory_bytes": list(self.host_memory_bytes)} if self.host_memory_bytes else {}),
+                **({"host_node_bytes": list(self.host_node_bytes)} if self.host_node_bytes else {}),
+                **({"host_budget_bytes": self.host_budget_bytes} if self.host_budget_bytes is not None else {})}

@@ -180,6 +180,20 @@ def efficiency_losses(p: PlanPrediction) -> list[tuple[str, float]]:
                   key=lambda kv: -kv[1])
 
 
+def host_memory_line(plan) -> str:
+    """CPU offload's host memory: per stage on one rank, per node against the host budget, and
+    which layers offload (why: the stage did not fit its device without)."""
+    p = plan.predicted
+    budget = p.host_budget_bytes
+    nodes = p.host_node_bytes
+    per_node = (f"; per node {fmt_bytes(max(nodes))}" + (f" of {fmt_bytes(budget)} host budget ({_pct(max(nodes), budget)})"
+                                                          if budget else "")) if nodes else ""
+    n = sum(lp.strategy.offload for lp in plan.layers)
+    return (f"  host memory (CPU offload of {n} of {len(plan.layers)} layers, taken where a stage fits its "
+            f"device no other way): per rank " + ", ".join(f"stage {s} {fmt_bytes(b)}" for s, b in
+                                                           enumerate(p.host_memory_bytes)) + per_node)
+
+
 def efficiency_line(p: PlanPrediction) -> str | None:
     """``efficiency: MFU 38.2%, compute density 81% (stage 0) ...; largest loss: ...``, or None
     for a plan written before efficiency was predicted."""
@@ -268,6 +282,8 @@ def _explain_plan(plan: ParallelPlan) -> str:
     if p.reserved_peak_bytes and p.reserved_peak_bytes != p.peak_memory_bytes:
         out.append("  device in use at the peak (context, communicator buffers, allocator reserve): "
                    + ", ".join(f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.reserved_peak_bytes))
+    if p.host_memory_bytes:
+        out.append(host_memory_line(plan))
     if p.breakdown:
         out.append("  breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in p.breakdown.items()))
     if (eff := efficiency_line(p)) is not None:

@@ -341,8 +341,9 @@ def _parse_strategy(v: Any, at: str) -> LayerStrategy:
 
 
 def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
-    d = _obj(v, at, _LPRED_KEYS, optional=("optimizer_s", "stage_bytes"))
+    d = _obj(v, at, _LPRED_KEYS, optional=("optimizer_s", "stage_bytes", "host_bytes"))
     return LayerPrediction(
+        host_bytes=_int(d.get("host_bytes", 0), f"{at}.host_bytes", lo=0, rng=limits.BYTES),
         optimizer_s=_num(d.get("optimizer_s", 0.0), f"{at}.optimizer_s"),
         stage_bytes=None if d.get("stage_bytes") is None else _int(d["stage_bytes"], f"{at}.stage_bytes", lo=0,
                                                                    rng=limits.BYTES),
@@ -398,7 +399,8 @@ def _parse_plan(data: Any) -> dict[str, Any]:
         if d.get(key) is not None and not isinstance(d[key], dict):
             raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
     pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes", "tensor_budget_bytes", "model_flops", "peak_flops", "mfu",
-                                                                 "compute_density"))
+                                                                 "compute_density", "host_memory_bytes",
+                                                                 "host_node_bytes", "host_budget_bytes"))
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
@@ -443,6 +445,12 @@ def _parse_plan(data: Any) -> dict[str, Any]:
             mfu=None if pd.get("mfu") is None else _num(pd["mfu"], "predicted.mfu"),
             compute_density=tuple(_num(x, f"predicted.compute_density[{s}]") for s, x in
                                   enumerate(_list(pd.get("compute_density", []), "predicted.compute_density"))),
+            host_memory_bytes=tuple(_int(x, f"predicted.host_memory_bytes[{s}]", lo=0, rng=limits.BYTES) for s, x in
+                                    enumerate(_list(pd.get("host_memory_bytes", []), "predicted.host_memory_bytes"))),
+            host_node_bytes=tuple(_int(x, f"predicted.host_node_bytes[{n}]", lo=0, rng=limits.BYTES) for n, x in
+                                  enumerate(_list(pd.get("host_node_bytes", []), "predicted.host_node_bytes"))),
+            host_budget_bytes=None if pd.get("host_budget_bytes") is None else _int(
+                pd["host_budget_bytes"], "predicted.host_budget_bytes", lo=0, rng=limits.BYTES),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,

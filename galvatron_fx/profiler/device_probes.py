@@ -105,6 +105,37 @@ def measure_fixed_costs(device, sync, repeats: int) -> list[dict]:
     return [dict(op="kernel_launch", size=chain, dtype="float32", time_s=kernel_s),
             dict(op="layer_call", size=_Count.n, dtype="float32", time_s=layer_s)]
 
+HOST_COPY_BYTES = 256 * MiB
+HOST_OPTIMIZER_NUMEL = 16 * MiB // 4 * 4  # 16M fp32 parameters in 16 tensors
+
+
+def measure_host_tier(device, sync, repeats: int) -> list[dict]:
+    """The host tier CPU offload is priced by (``DeviceSpec.host_*``), measured on every rank at
+    once so that each sees its share of the host: the host link's bandwidth (pinned copies of
+    :data:`HOST_COPY_BYTES` each way; the slower direction) and the parameter updates per second
+    of torch's AdamW stepping fp32 parameters in host memory. Only on GPUs: a CPU process's
+    memory is host memory already."""
+    import torch
+
+    if device.type != "cuda":
+        return []
+    n = HOST_COPY_BYTES // 4
+    host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.float32, device=device)
+    h2d = timed(lambda: dev.copy_(host, non_blocking=True), 1, repeats, sync)
+    d2h = timed(lambda: host.copy_(dev, non_blocking=True), 1, repeats, sync)
+    del dev
+    params = [torch.nn.Parameter(torch.zeros(HOST_OPTIMIZER_NUMEL // 16)) for _ in range(16)]
+    for q in params:
+        q.grad = torch.full_like(q, 1e-3)
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    step_s = timed(opt.step, 1, max(2, repeats // 2), lambda: None)
+    return [dict(op="host_link", size=HOST_COPY_BYTES, dtype="float32", time_s=max(h2d, d2h),
+                 bytes_s=HOST_COPY_BYTES / max(h2d, d2h)),
+            dict(op="host_optimizer", size=HOST_OPTIMIZER_NUMEL, dtype="float32", time_s=step_s,
+                 params_s=HOST_OPTIMIZER_NUMEL / step_s)]
+
+
 def outside_allocator_bytes(device) -> int:
     """Bytes a CUDA device holds beside PyTorch's caching allocator (context, NCCL buffers)."""
     import torch

@@ -46,6 +46,7 @@ from galvatron_fx.profiler.device_probes import (
     measure_comm_buffers,
     measure_compute,
     measure_fixed_costs,
+    measure_host_tier,
     measure_overlap,
     outside_allocator_bytes,
 )
@@ -373,6 +374,7 @@ def profile_hardware(
         if compute:
             compute_rows, mem_bw = measure_compute(device, sync, matmul_sizes, dtypes, attention_seq_lens, repeats, bar)
             compute_rows += measure_fixed_costs(device, sync, repeats)
+            compute_rows += measure_host_tier(device, sync, repeats)
             if device.type == "cuda":
                 compute_rows.append(dict(op="device_memory", size=0, dtype="", time_s=0.0, context_bytes=context_bytes,
                                          comm_buffer_bytes=measure_comm_buffers(device, dist, sync)))

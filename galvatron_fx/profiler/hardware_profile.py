@@ -41,7 +41,7 @@ import numpy as np
 from galvatron_fx.cluster import Cluster, Collective, CollectiveFit, DeviceSpec, LinkTier, TierName
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, make_fingerprint
+from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
 from galvatron_fx.limits import load_json
 
 __all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "build_cluster", "cache_path", "current_fingerprint_fields",
@@ -312,6 +312,13 @@ def build_cluster(
             fixed["context_bytes"] = int(by_op["device_memory"]["context_bytes"])
             fixed["comm_buffer_bytes"] = int(by_op["device_memory"]["comm_buffer_bytes"])
         fixed["allocator_factor"] = GPU_ALLOCATOR_FACTOR
+        # the host tier CPU offload is priced by: this rank's share of the node's host memory,
+        # the host link and the host's optimizer as measured (device_probes.measure_host_tier)
+        fixed["host_memory_bytes"] = host_memory_bytes() // dpn
+        if "host_link" in by_op:
+            fixed["host_link_bytes_s"] = float(by_op["host_link"]["bytes_s"])
+        if "host_optimizer" in by_op:
+            fixed["host_optimizer_params_s"] = float(by_op["host_optimizer"]["params_s"])
     spec = DeviceSpec(kind=kind, memory_bytes=int(memory), peak_flops=peak, memory_bandwidth_bytes_s=mem_bw or 10e9,
                       **fixed)
 

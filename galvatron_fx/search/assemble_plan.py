@@ -27,7 +27,13 @@ from dataclasses import dataclass
 
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
-from galvatron_fx.cost_models.memory import LayerMemory, reserved_bytes, stage_peak_bytes, tensor_budget_bytes
+from galvatron_fx.cost_models.memory import (
+    LayerMemory,
+    reserved_bytes,
+    stage_host_bytes,
+    stage_peak_bytes,
+    tensor_budget_bytes,
+)
 from galvatron_fx.fmt import fmt_bytes
 from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.graph import ModelGraph
@@ -76,7 +82,9 @@ class _Candidate:
 
 
 def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
-              baseline: dict | None, precision: str, name: str) -> ParallelPlan:
+              baseline: dict | None, precision: str, name: str, *, host_budget: int | None = None) -> ParallelPlan:
+    """The plan of the search's best candidate (``host_budget``: the host memory per node the
+    search held offloaded layers to; default the devices' host memory)."""
     devices = cluster.world_size // best.pp
     layer_plans: list[LayerPlan] = []
     peaks = []
@@ -109,6 +117,8 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                 placements=dict(x.option.placements) if x.option is not None else {},
                 predicted=pred, alternatives=tuple(alts), collectives=x.collectives,
                 labels=dict(x.option.labels) if x.option is not None else {}))
+    host = _host_memory(cluster, best, host_budget, shared=[[x for st in best.stages[r::best.pp]
+                                                for x in shared_tied_memory(mg, cm, st)] for r in range(best.pp)])
     max_dp = max(lp.dp for lp in layer_plans)
     samples = best.samples
     flops, peak, mfu, density = _efficiency(mg, cluster, cm, best, precision)
@@ -125,10 +135,28 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                                  peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
                                  reserved_peak_bytes=tuple(reserved), tensor_budget_bytes=tensor_budget,
                                  bubble_fraction=best.bubble_fraction, breakdown=best.breakdown,
-                                 model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density),
+                                 model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density, **host),
         solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, budget)),
     )
     return plan
+
+
+def _host_memory(cluster: Cluster, best: _Candidate, host_budget: int | None, shared: list[list[LayerMemory]]) -> dict:
+    """CPU offload's host memory: per stage one rank's, per node the sum over its ranks, and the
+    host budget per node (none of it when no layer offloads)."""
+    per_stage = [stage_host_bytes(mems) for mems in shared]
+    if not any(per_stage):
+        return {}
+    devices = cluster.world_size // best.pp
+    ranks = best.stage_ranks or tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp))
+    nodes = [0] * cluster.num_nodes
+    for s, rs in enumerate(ranks):
+        for r in rs:
+            nodes[cluster.node_of(r)] += per_stage[s]
+    specs = [cluster.device_specs[k] for k in set(cluster.node_kinds)]
+    budget = min((d.host_memory_bytes or 0) for d in specs) * cluster.devices_per_node
+    budget = budget if host_budget is None else min(budget, host_budget)
+    return {"host_memory_bytes": tuple(per_stage), "host_node_bytes": tuple(nodes), "host_budget_bytes": budget}
 
 
 def _efficiency(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, precision: str
@@ -224,7 +252,8 @@ def _prediction(c: LayerChoice, m: int, in_flight: int, trans_s: float, temp_her
                  "temp": temp_here}
     return LayerPrediction(fwd_s=m * c.fwd_s, bwd_s=m * c.bwd_s, comm_s=m * c.tp_comm_s + c.dp_comm_s,
                            transition_s=trans_s, memory_bytes=sum(breakdown.values()),
-                           memory_breakdown=breakdown, optimizer_s=c.optim_s, stage_bytes=stage_bytes)
+                           memory_breakdown=breakdown, optimizer_s=c.optim_s, stage_bytes=stage_bytes,
+                           host_bytes=mem.host_bytes)
 
 
 def _transitions(st: _StageResult, j: int, c: LayerChoice) -> tuple[float, float]:

@@ -3,6 +3,9 @@
 - ``ddp``: pure data parallelism (every rank holds everything; one gradient all-reduce);
 - ``zero2`` / ``zero2+recompute`` (DeepSpeed-style ZeRO-2): gradients and optimizer sharded;
 - ``fsdp`` / ``fsdp+recompute`` (FSDP / ZeRO-3): parameters sharded too;
+- ``fsdp+offload`` / ``fsdp+recompute+offload`` (DeepSpeed ZeRO-3-Offload, FSDP's
+  ``CPUOffloadPolicy``): every layer's shards and optimizer step in host memory, on clusters whose
+  devices have host memory beside their own;
 - ``megatron tpT ppP`` / ``+recompute``: Megatron-style uniform tensor × pipeline × data
   parallelism, best over its grid (tp ∈ divisors within a node, pp searched with micro-batches).
 
@@ -18,6 +21,7 @@ import logging
 
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
+from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
@@ -43,6 +47,8 @@ def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict
     for name, sp in spaces.items():
         if not set(sp.dp_types) <= set(limits.dp_types) or not set(sp.recompute) <= set(limits.recompute):
             continue
+        if not set(sp.offload) <= set(limits.offload):
+            continue
         if limits.tp is not None and not set(sp.tp or ()) <= set(limits.tp):
             continue
         if limits.max_tp is not None and max(sp.tp or (1,)) > limits.max_tp:
@@ -53,7 +59,8 @@ def baseline_spaces(cluster: Cluster, limits: SearchSpace | None = None) -> dict
         out[name] = dataclasses.replace(sp, pp=pp, max_pp=limits.max_pp, schedules=limits.schedules,
                                         num_microbatches=limits.num_microbatches,
                                         reduce_dtypes=limits.reduce_dtypes, powersgd_ranks=limits.powersgd_ranks,
-                                        powersgd_start_step=limits.powersgd_start_step)
+                                        powersgd_start_step=limits.powersgd_start_step,
+                                        host_memory_budget=limits.host_memory_budget)
     return out
 
 
@@ -63,12 +70,14 @@ def _all_baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
         suffix = "" if rc == Recompute.NONE else "+recompute"
         flat = dict(tp=(1,), sp=(SPMode.NONE,), recompute=(rc,), pp=(1,), uniform=True)
         if rc == Recompute.NONE:
-            out["ddp"] = SearchSpace(dp_types=(DPType.DDP,), **flat)
-        out["zero2" + suffix] = SearchSpace(dp_types=(DPType.ZERO2,), **flat)
-        out["fsdp" + suffix] = SearchSpace(dp_types=(DPType.ZERO3,), **flat)
+            out["ddp"] = SearchSpace(dp_types=(DPType.DDP,), offload=(False,), **flat)
+        out["zero2" + suffix] = SearchSpace(dp_types=(DPType.ZERO2,), offload=(False,), **flat)
+        out["fsdp" + suffix] = SearchSpace(dp_types=(DPType.ZERO3,), offload=(False,), **flat)
+        if cluster.world_size > 1 and all(can_offload(cluster.device_specs[k]) for k in set(cluster.node_kinds)):
+            out["fsdp" + suffix + "+offload"] = SearchSpace(dp_types=(DPType.ZERO3,), offload=(True,), **flat)
         for tp in allowed_tp(SearchSpace(), cluster.world_size, cluster.devices_per_node):
             out[f"megatron-tp{tp}" + suffix] = SearchSpace(tp=(tp,), sp=(SPMode.NONE,), dp_types=(DPType.DDP,),
-                                                          recompute=(rc,), uniform=True)
+                                                          recompute=(rc,), uniform=True, offload=(False,))
     return out
 
 

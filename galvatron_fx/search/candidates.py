@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -59,7 +60,8 @@ from galvatron_fx.cost_models.reshard import Layout, Replicate, Shard
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
-from galvatron_fx.ir.strategy import DPType, LayerStrategy, SPMode
+from galvatron_fx.cost_models.offload import can_offload, offload_cost
+from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.placements import parse_placement
@@ -385,6 +387,11 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     saved = layer.costs.activation_bytes
     af_none = lowered.saved_bytes / saved if lowered is not None and saved > 0 else af
     numel = sum(p.numel for p in params)
+    # CPU offload: where the space allows it, the device has host memory beside its own and the
+    # layer has parameters to move (the outer search offers these choices only when memory forces it)
+    device = cm.cluster.device(ranks[0]) if hasattr(cm, "cluster") else None
+    offloads = tuple(o for o in space.offload
+                     if not o or (numel > 0 and device is not None and can_offload(device))) or (False,)
     # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
     for rc in rcs:
@@ -404,10 +411,10 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
         tp_comm += _comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
                            compute_s={"fwd": fwd_s, "bwd": bwd_s}) if dp_events else 0.0
         tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE, axis="dp")
-        for dpt in space.dp_types:
+        for dpt, offload in itertools.product(space.dp_types, offloads):
             if dp == 1 and dpt != DPType.DDP:
                 continue
-            strategy = LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc)
+            strategy = LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc, offload=offload)
             shard = TPShard(param_fraction=pf, activation_fraction=(af_none, af, af)) \
                 if tp > 1 or lowered is not None else None
             mem = cm.layer_memory(layer.costs, strategy, dp=dp, micro_batch=local,
@@ -416,15 +423,19 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
             sharded = dpt != DPType.DDP and dp > 1
             if not sharded and dp > 1 and feedback_bytes:
                 mem = dataclasses.replace(mem, grad_bytes=mem.grad_bytes + feedback_bytes)
+            local_numel = numel * pf / dp if sharded else numel * pf
+            off = offload_cost(device, dpt, local_numel=int(local_numel), sharded=sharded, m=m,
+                               precision=prec or Precision()) if offload else None
             if sharded:
-                # FSDP shards and gathers every copy a layer keeps (a tied weight's too)
+                # FSDP shards and gathers every copy a layer keeps (a tied weight's too); offloaded
+                # shards are copied in before each gather and out after each reduce-scatter
                 comm = _fsdp_comm_s(cm, dpt, gather_bytes, reduce_bytes, dp_ranks, m, compute_s=fwd_s + bwd_s)
+                comm += off.overlappable_s if off else 0.0
                 dp_comm = cm.exposed_fsdp_s(m * (fwd_s + bwd_s), comm) if comm > 0 else 0.0
             else:
                 share_s = _bucket_share_s(cm, wires, dp_ranks)
                 dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
-            local_numel = numel * pf / dp if sharded else numel * pf
-            optim = _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
+            optim = off.exposed_s if off else _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
             out.append(LayerChoice(
                 strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,
                 dp_comm_s=dp_comm, memory=mem,

@@ -2,7 +2,7 @@
 
     galvatron-fx plan llama2-7b --cluster dgx-a100-80g --nodes 1 --batch 64 --seq 4096 \\
         [--memory 40] [--precision bf16] [--tp 2] [--out plan.json] [--layer blocks.3]
-        [--reduce-dtypes float32,bfloat16] [--powersgd-ranks 0,4]
+        [--reduce-dtypes float32,bfloat16] [--powersgd-ranks 0,4] [--offload auto|never|all] [--host-memory 512]
     galvatron-fx plan --hf-config path/to/config.json --batch 64 --seq 4096
     galvatron-fx plan --model mypkg.models:build --batch 32
     galvatron-fx plan gpt2-small --cluster rtx4090-pcie --batch auto      # or --batch 16:256, --tokens-per-step 131072
@@ -20,7 +20,7 @@ import time
 def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.cluster import Cluster
-    from galvatron_fx.commands import DEFAULT_PRECISION
+    from galvatron_fx.commands import DEFAULT_PRECISION, offload_space
     from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
     from galvatron_fx.search.planner import plan
@@ -35,7 +35,9 @@ def run_cli(args: argparse.Namespace) -> int:
     print(f"captured {source.name}: {len(mg.layers)} layers, {len(mg.kinds())} kinds in "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     space = SearchSpace(tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, lowered_prices=not args.ilp_prices,
-                        reduce_dtypes=args.reduce_dtypes or ("float32",), powersgd_ranks=args.powersgd_ranks or (0,))
+                        reduce_dtypes=args.reduce_dtypes or ("float32",), powersgd_ranks=args.powersgd_ranks or (0,),
+                        offload=offload_space(args.offload),
+                        host_memory_budget=int(args.host_memory * 2**30) if args.host_memory is not None else None)
     budget = int(args.memory * 2**30) if args.memory is not None else None
     p = plan(mg, cluster, global_batch_size=batch, memory_budget=budget, search=space, precision=args.precision or DEFAULT_PRECISION,
              name=source.name, progress=sys.stderr.isatty(), baselines=not args.no_baselines)

@@ -46,10 +46,17 @@ def _why_none(search: _Search, points: list) -> str:
                  + ("; these alone take all of it: raise the budget" if search.budget <= 1 else "") + ")")
     else:
         where = f"{fmt_bytes(search.budget)} per device"
+    if search.host_bound:
+        host = (f"; offloading to host memory would fit the devices but not the {fmt_bytes(search.host_budget)} "
+                "host budget per rank: raise search.host_memory_budget")
+    elif not search.offloads and True not in search.space.offload and search.can_offload:
+        host = "; allow CPU offload (search offload=(False, True))"
+    else:
+        host = ""
     return (f"no plan fits in {where}"
             + (f": the smallest needs {fmt_bytes(need)}" if math.isfinite(need) else "")
             + "; allow recompute and sharded data parallelism (ZeRO-3), add devices or pipeline "
-              "stages, or lower the global batch")
+              "stages, or lower the global batch" + host)
 
 
 def _no_points(search: _Search) -> str:

@@ -47,6 +47,7 @@ from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
 from galvatron_fx.cost_models.memory import tensor_budget_bytes
+from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
@@ -63,6 +64,8 @@ from galvatron_fx.search.candidates import (
     transition_matrix,
 )
 from galvatron_fx.search.layer_dp import ChainProblem, min_memory, solve_chain
+
+HOST_PRICE_ROUNDS = 8
 from galvatron_fx.search.no_plan import _why_none
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,16 @@ class _Search:
                  global_batch: int, budget: int, progress: bool, cache: OptionCache | None = None, *,
                  microbatches: str = "accumulate"):
         self.mg, self.cluster, self.cm, self.space = mg, cluster, cm, space
+        # CPU offload: offered where the space allows it and every device has host memory beside
+        # its own; a rank's offloaded layers keep within its share of its node's host budget
+        # (``space.host_memory_budget`` per node, default the devices' host memory)
+        specs = [cluster.device_specs[k] for k in set(cluster.node_kinds)]
+        self.can_offload = all(can_offload(d) for d in specs)
+        self.offloads = True in space.offload and self.can_offload
+        per_rank = min((d.host_memory_bytes or 0) for d in specs)
+        host_budget = space.host_memory_budget
+        self.host_budget = per_rank if host_budget is None else min(per_rank, host_budget // cluster.devices_per_node)
+        self.host_bound = False  # some stage fitted the device only over the host budget
         # which micro-batch counts a point may take: "accumulate" — several also without a
         # pipeline (gradient accumulation: fewer activations held, no bubble; it can beat
         # recomputation or a pipeline when memory is short); "pipeline" — several only with a
@@ -130,12 +143,15 @@ class _Search:
         return self._choices[key]
 
     def pruned(self, i: int, devices: int, samples: int, m: int, in_flight: int,
-               ranks: tuple[int, ...] | None = None) -> list[LayerChoice]:
-        """The layer's choices without dominated ones (cached: identical layers share them)."""
+               ranks: tuple[int, ...] | None = None, *, offload: bool = False) -> list[LayerChoice]:
+        """The layer's choices without dominated ones (cached: identical layers share them);
+        ``offload``: the CPU-offloaded ones too (when the space allows others, only a stage that
+        does not fit without them takes them: :meth:`stage`)."""
         full = self.choices(i, devices, samples, m, ranks)
-        key = (id(full), in_flight)
+        key = (id(full), in_flight, offload)
         if key not in self._pruned:
-            self._pruned[key] = prune_dominated(full, m, in_flight)
+            kept = [c for c in full if offload or not c.strategy.offload] if False in self.space.offload else full
+            self._pruned[key] = prune_dominated(kept or full, m, in_flight)
         return self._pruned[key]
 
     def trans(self, i: int, prev: list[LayerChoice], cur: list[LayerChoice], devices: int, samples: int, m: int,
@@ -150,11 +166,13 @@ class _Search:
 
     # ---- one stage ------------------------------------------------------------------------------
     def _problem(self, lo: int, hi: int, devices: int, samples: int, m: int, in_flight: int, *,
-                 trans: bool = True, ranks: tuple[int, ...] | None = None
-                 ) -> tuple[list[list[LayerChoice]], ChainProblem]:
+                 trans: bool = True, ranks: tuple[int, ...] | None = None, offload: bool = False,
+                 host_price: float = 0.0) -> tuple[list[list[LayerChoice]], ChainProblem]:
         """Layers ``lo..hi`` of a stage (on ``ranks``: :meth:`ranks_of`) as the inter-layer DP's
-        chain (``trans=False``: every transition free, for a memory bound that needs none priced)."""
-        all_choices = [self.pruned(i, devices, samples, m, in_flight, ranks) for i in range(lo, hi)]
+        chain (``trans=False``: every transition free, for a memory bound that needs none priced;
+        ``offload``: CPU offload allowed; ``host_price``: seconds charged per host byte, the
+        host budget's multiplier)."""
+        all_choices = [self.pruned(i, devices, samples, m, in_flight, ranks, offload=offload) for i in range(lo, hi)]
         mats: list[np.ndarray | None] = [None]
         for j in range(1, hi - lo):
             if not trans:
@@ -163,7 +181,7 @@ class _Search:
             sig = (tuple(id(c) for c in all_choices[j - 1]), tuple(id(c) for c in all_choices[j]))
             mats.append(self.trans(lo + j, all_choices[j - 1], all_choices[j], devices, samples, m, sig, ranks))
         problem = ChainProblem(
-            time_s=[np.array([c.step_time_s(m) for c in cs]) for cs in all_choices],
+            time_s=[np.array([c.step_time_s(m) + host_price * c.memory.host_bytes for c in cs]) for cs in all_choices],
             mem_bytes=[np.array([c.mem_bytes(in_flight) for c in cs], dtype=np.int64) for cs in all_choices],
             trans_s=mats,
             extra_max_bytes=[_round_up(np.array([c.memory.temp_bytes for c in cs], dtype=np.int64), self.temp_step)
@@ -177,7 +195,8 @@ class _Search:
         DP: the least memory of the chain; with transitions free first, a bound that needs none
         priced and settles most chunks that do not fit)."""
         for trans in (False, True):
-            need = min_memory(self._problem(lo, hi, devices, samples, m, in_flight, trans=trans, ranks=ranks)[1])
+            need = min_memory(self._problem(lo, hi, devices, samples, m, in_flight, trans=trans, ranks=ranks,
+                                            offload=self.offloads)[1])
             if not 0 <= need <= budget:
                 return False
         return True
@@ -188,11 +207,8 @@ class _Search:
         key = (lo, hi, devices, samples, m, in_flight, budget, ranks)
         if key in self._stage:
             return self._stage[key]
-        all_choices, problem = self._problem(lo, hi, devices, samples, m, in_flight, ranks=ranks)
+        all_choices, problem, sol = self._solve(lo, hi, devices, samples, m, in_flight, budget, ranks)
         trans = problem.trans_s
-        sol = solve_chain(problem, budget, mem_resolution_bytes=self.mem_step)
-        self.chain_solves += 1
-        self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
         if not sol.feasible:  # (min_mem_bytes is -1 when no assignment is allowed at all)
             res = _StageResult(range(lo, hi), [], [], math.inf, sol.min_mem_bytes, in_flight, all_choices,
                                sol.min_mem_bytes)
@@ -203,6 +219,45 @@ class _Search:
                                sol.min_mem_bytes, trans)
         self._stage[key] = res
         return res
+
+    def _solve(self, lo, hi, devices, samples, m, in_flight, budget, ranks):
+        """The stage's chain DP: without CPU offload first (when the space allows that), then with
+        it when nothing fits; an offloading solution over the host budget is solved again with
+        host bytes priced (a multiplier quadrupled until it fits, :data:`HOST_PRICE_ROUNDS` rounds;
+        then the stage does not fit)."""
+        tries = [False, True] if self.offloads and False in self.space.offload else [self.offloads]
+        for offload in tries:
+            all_choices, problem = self._problem(lo, hi, devices, samples, m, in_flight, ranks=ranks, offload=offload)
+            sol = self._chain(problem, budget)
+            if sol.feasible:
+                break
+        if not sol.feasible or not offload:
+            return all_choices, problem, sol
+        host_budget = self.host_budget // max(1, round(self.budget / max(budget, 1)))  # a rank's chunks share it
+        chosen = [all_choices[j][c] for j, c in enumerate(sol.choices)]
+        if sum(c.memory.host_bytes for c in chosen) <= host_budget:
+            return all_choices, problem, sol
+        price = max(sol.time_s, 1e-9) / max(host_budget, 1)
+        for _ in range(HOST_PRICE_ROUNDS):
+            all_choices, priced = self._problem(lo, hi, devices, samples, m, in_flight, ranks=ranks, offload=True,
+                                                host_price=price)
+            sol = self._chain(priced, budget)
+            if not sol.feasible:
+                break
+            chosen = [all_choices[j][c] for j, c in enumerate(sol.choices)]
+            if sum(c.memory.host_bytes for c in chosen) <= host_budget:
+                # the plan's time without the multiplier's charge
+                sol = dataclasses.replace(sol, time_s=sol.time_s - price * sum(c.memory.host_bytes for c in chosen))
+                return all_choices, problem, sol
+            price *= 4
+        self.host_bound = True
+        return all_choices, problem, dataclasses.replace(sol, feasible=False, choices=(), time_s=math.inf)
+
+    def _chain(self, problem: ChainProblem, budget: int):
+        sol = solve_chain(problem, budget, mem_resolution_bytes=self.mem_step)
+        self.chain_solves += 1
+        self.frontier_max = max(self.frontier_max, max(sol.frontier_sizes, default=0))
+        return sol
 
     # ---- a pipeline point -------------------------------------------------------------------------
     def evaluate(self, bounds: list[int], pp: int, m: int, schedule: str, samples: int) -> _Candidate | None:
@@ -310,7 +365,7 @@ class _Search:
                     continue
                 changed = True
                 mem = sum(c.mem_bytes(st.in_flight) for c in new) + max(c.memory.temp_bytes for c in new)
-                if mem > self.budget // v:
+                if mem > self.budget // v or sum(c.memory.host_bytes for c in new) > self.host_budget // v:
                     break
                 chunks.append(_StageResult(st.layers, new, st.trans_s,
                                            sum(c.step_time_s(cand.m) for c in new) + sum(st.trans_s), mem,

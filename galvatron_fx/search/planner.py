@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster
+from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
@@ -54,8 +55,8 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
     s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
     best = s.run()
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
-    return dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name),
-                               grad_comm=space.grad_comm)
+    return dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name,
+                                         host_budget=space.host_memory_budget), grad_comm=space.grad_comm)
 
 
 def plan(
@@ -93,6 +94,11 @@ def plan(
     if memory_budget is not None:
         _check_budget(memory_budget)
     space = SearchSpace.coerce(search)
+    if False not in space.offload and not all(can_offload(cluster.device_specs[k]) for k in set(cluster.node_kinds)):
+        raise ConfigError(f"search offload=(True,) asks every layer to offload to host memory, but the devices of "
+                          f"cluster {cluster.name!r} have no host memory beside their own (DeviceSpec.host_memory_bytes; "
+                          "a CPU process's memory is host memory already): give it in the cluster JSON, or allow "
+                          "offload=(False, True)")
     if isinstance(model_or_graph, ModelGraph):
         mg = model_or_graph
     else:
@@ -129,8 +135,8 @@ def plan(
              "num_candidates": sum(len(v) for v in s._choices.values())}
     if found.record is not None:
         stats["batch_search"] = found.record
-    plan = dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name),
-                               grad_comm=space.grad_comm)
+    plan = dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name,
+                                         host_budget=space.host_memory_budget), grad_comm=space.grad_comm)
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)

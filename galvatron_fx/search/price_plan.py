@@ -53,7 +53,8 @@ def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> Par
         recompute=tuple(sorted({lp.strategy.recompute for lp in plan.layers} | {Recompute.NONE})),
         pp=(plan.pp,), num_microbatches=(plan.num_microbatches,), schedules=(plan.schedule,),
         reduce_dtypes=(plan.grad_comm.reduce_dtype,),
-        powersgd_ranks=(plan.grad_comm.powersgd_rank,), powersgd_start_step=plan.grad_comm.powersgd_start_step)
+        powersgd_ranks=(plan.grad_comm.powersgd_rank,), powersgd_start_step=plan.grad_comm.powersgd_start_step,
+        offload=tuple(sorted({lp.strategy.offload for lp in plan.layers} | {False})))
     options = _PlanOptions(mg, cost_model, plan=plan)
     check_placements(plan, mg, decomposed=options.decomposed)
     s = _Pinned(plan, mg, cluster, cost_model, space, plan.global_batch_size, plan.predicted.memory_budget_bytes,

@@ -41,6 +41,13 @@ class SearchSpace:
     (the price is the steady state's). One search prices one option
     (:attr:`grad_comm`); the planner runs one per option and keeps the fastest
     (:mod:`~galvatron_fx.search.grad_comm_choice`).
+    ``offload`` (default ``(False, True)``): whether layers may keep their optimizer step, and
+    under ZeRO their shards, in host memory (``LayerStrategy.offload``). The search offers it on
+    devices with host memory beside their own (``DeviceSpec.host_memory_bytes``), per stage, only
+    where no assignment without it fits the device budget; ``(False,)`` never offloads,
+    ``(True,)`` offloads every layer with parameters. ``host_memory_budget`` (bytes per node;
+    default the nodes' host memory, ``DeviceSpec.host_memory_bytes`` × devices per node) caps
+    what offloaded layers keep in a node's host memory.
     """
 
     tp: tuple[int, ...] | None = None
@@ -59,12 +66,21 @@ class SearchSpace:
     reduce_dtypes: tuple[str, ...] = ("float32",)
     powersgd_ranks: tuple[int, ...] = (0,)
     powersgd_start_step: int = DEFAULT_POWERSGD_START
+    offload: tuple[bool, ...] = (False, True)
+    host_memory_budget: int | None = None
 
     def __post_init__(self) -> None:
         for key in ("reduce_dtypes", "powersgd_ranks"):
             values = getattr(self, key)
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
                 raise ConfigError(f"search.{key} must be a tuple, got {values!r}")
+        if isinstance(self.offload, (str, bytes)) or not isinstance(self.offload, Sequence) or not self.offload \
+                or not all(isinstance(o, bool) for o in self.offload):
+            raise ConfigError(f"search.offload must be a non-empty tuple of booleans, got {self.offload!r} "
+                              "(e.g. (False,) never offloads, (False, True) offloads where memory forces it)")
+        if self.host_memory_budget is not None:
+            limits.BYTES.check(self.host_memory_budget, "search.host_memory_budget",
+                               "give the bytes of host memory offloaded layers may keep per node")
         for i, r in enumerate(self.powersgd_ranks):
             if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= MAX_POWERSGD_RANK:
                 raise ConfigError(f"search.powersgd_ranks[{i}] = {r!r} must be an integer in 0..{MAX_POWERSGD_RANK} "
@@ -106,10 +122,10 @@ class SearchSpace:
         for key, enum in (("sp", SPMode), ("dp_types", DPType), ("recompute", Recompute)):
             if key in kw:
                 kw[key] = tuple(enum(v) for v in kw[key])
-        for key in ("reduce_dtypes", "powersgd_ranks"):  # one value alone is a tuple of it
+        for key in ("reduce_dtypes", "powersgd_ranks", "offload"):  # one value alone is a tuple of it
             if key in kw and isinstance(kw[key], (str, int)):
                 kw[key] = (kw[key],)
-        for key in ("tp", "pp", "num_microbatches", "schedules", "reduce_dtypes", "powersgd_ranks"):
+        for key in ("tp", "pp", "num_microbatches", "schedules", "reduce_dtypes", "powersgd_ranks", "offload"):
             if key in kw and kw[key] is not None:
                 kw[key] = tuple(kw[key])
         return cls(**kw)

@@ -37,13 +37,13 @@ def _plan(mg, cluster, batch, mem_gib, **kw):
                     baselines=False, **kw)
 
 
-def _fits_at_once(mg, cluster, batch, mem_gib) -> bool:
+def _fits_at_once(mg, cluster, batch, mem_gib, space: SearchSpace | None = None) -> bool:
     """Whether some plan holds ``batch`` in one pass (the fewest micro-batches its schedule
     allows), asked of the probe and of the full search (every chain solved by the DP): they agree."""
     cm = AnalyticCostModel(cluster, precision=Precision.bf16())
 
     def search():
-        return _Search(mg, cluster, cm, SearchSpace(), batch, int(mem_gib * GiB), False, microbatches="fewest")
+        return _Search(mg, cluster, cm, space or SearchSpace(), batch, int(mem_gib * GiB), False, microbatches="fewest")
 
     probe = search().fits()
     try:
@@ -145,10 +145,11 @@ def test_a_token_target_needs_token_inputs():
 
 
 def test_a_smallest_batch_that_needs_more_micro_batches_is_still_a_plan(gpt2, rtx):
-    # at 2.4 GiB not even 8 samples fit in the fewest micro-batches a pipeline allows, but they
-    # fit in more: the plan says so rather than failing
-    p = _plan(gpt2, rtx, "auto", 2.4)
-    assert not _fits_at_once(gpt2, rtx, 8, 2.4)
+    # at 2.4 GiB without CPU offload not even 8 samples fit in the fewest micro-batches a pipeline
+    # allows, but they fit in more: the plan says so rather than failing (with offload they fit)
+    p = _plan(gpt2, rtx, "auto", 2.4, search={"offload": (False,)})
+    assert not _fits_at_once(gpt2, rtx, 8, 2.4, SearchSpace(offload=(False,)))
+    assert _fits_at_once(gpt2, rtx, 8, 2.4)
     assert p.global_batch_size == 8 and p.pp > 1 and p.num_microbatches > p.pp
     assert "the smallest of the range, which fits only in more micro-batches" in p.notes[0]
 

@@ -58,9 +58,9 @@ CASES = [
     Case("llama-tiny_a100x16_2nodes_gb8", "llama-tiny", 256, "dgx-a100-80g", 2, 8, None,
          "two nodes, a batch below the world size", lambda g: g["world_size"] == 16),
     Case("bert-tiny_rtx4090x8_20mib", "bert-tiny", 256, "rtx4090-pcie", 1, 64, _device_budget(20 * MiB),
-         "memory pressure (ZeRO or recompute)",
+         "memory pressure (ZeRO, recompute and CPU offload)",
          lambda g: any(l["strategy"]["dp_type"] != "ddp" or l["strategy"]["recompute"] != "none"
-                       for l in g["layers"])),
+                       for l in g["layers"]) and any(l["strategy"].get("offload") for l in g["layers"])),
     Case("gpt2-small_rtx4090x8_2gib_pipeline", "gpt2-small", 1024, "rtx4090-pcie", 1, 64, _device_budget(2 * GiB),
          "pipeline parallelism (pp > 1)", lambda g: g["pp"] > 1),
     Case("gpt2-small_a100x8_gb2_tensor_parallel", "gpt2-small", 1024, "dgx-a100-80g", 1, 2, None,
@@ -73,7 +73,7 @@ CASES = [
 _PLAN_FIELDS = ("world_size", "pp", "virtual_stages", "num_microbatches", "schedule", "global_batch_size",
                 "micro_batch_size", "stage_boundaries")
 _LAYER_FIELDS = ("name", "kind", "stage", "dp")
-_STRATEGY_FIELDS = ("tp", "sp", "dp_type", "recompute")
+_STRATEGY_FIELDS = ("tp", "sp", "dp_type", "recompute", "offload")  # offload: only where on
 # the order in which fields are compared (first difference reported); other keys follow, sorted
 _KEY_ORDER = (*_PLAN_FIELDS, "layers", "predicted", *_LAYER_FIELDS, "strategy", *_STRATEGY_FIELDS,
               "step_time_s", "peak_memory_bytes")
@@ -87,7 +87,8 @@ def golden_subset(plan: gfx.ParallelPlan | dict) -> dict:
     subset = {
         **{k: d[k] for k in _PLAN_FIELDS},
         "layers": [{**{k: l[k] for k in _LAYER_FIELDS},
-                    "strategy": {k: l["strategy"][k] for k in _STRATEGY_FIELDS}} for l in d["layers"]],
+                    "strategy": {k: l["strategy"][k] for k in _STRATEGY_FIELDS if k in l["strategy"]}}
+                   for l in d["layers"]],
         "predicted": {"step_time_s": float(f"{d['predicted']['step_time_s']:.6g}"),
                       "peak_memory_bytes": list(d["predicted"]["peak_memory_bytes"])},
     }
