@@ -35,6 +35,8 @@ _EXPORTS = {
     "compile": "galvatron_fx.api",
     "lower": "galvatron_fx.passes.lower_program",
     "plan": "galvatron_fx.search.planner",
+    "refit": "galvatron_fx.cost_models.refit",
+    "Observations": "galvatron_fx.runtime.observe",
 }
 
 __all__ = sorted([*_EXPORTS, "zoo"])

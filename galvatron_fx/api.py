@@ -152,7 +152,7 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
             search=None, precision: str | None = None, progress: bool | None = None, timeout: float | None = None,
-            dump_dir=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
+            dump_dir=None, adapt: bool | dict = False, cost_model=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
@@ -171,16 +171,30 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     ``plan`` runs in its own; naming another is an error); ``progress``: the search's progress
     lines on rank 0's stderr (default: when stderr is a terminal).
     ``timeout``: seconds any collective may wait for a peer; ``dump_dir``: where to write the
-    lowered program (see module doc)."""
+    lowered program (see module doc). ``cost_model``: what the search prices with (default the
+    planner's analytic model of ``cluster``). ``adapt=True`` (or a dict of
+    :meth:`~galvatron_fx.runtime.adaptive.AdaptiveMixin.adapt_after`'s ``warmup``, ``steps``,
+    ``threshold``) closes the loop once: after warm-up the module observes a few steps, refits
+    the cost model, re-plans and switches in place when that pays, logging why
+    (:mod:`galvatron_fx.runtime.adaptive`; ``pm.observe``/``refit``/``replan`` do it by hand)."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
     set_timeout(timeout)
+    if isinstance(example_inputs, Mapping):
+        example_kwargs, example_inputs = {**example_inputs, **(example_kwargs or {})}, ()
     with StepGuard().section("compile"):
-        return _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget,
-                        plan, search, dump_dir, precision=precision, progress=progress)
+        pm = _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget,
+                      plan, search, dump_dir, precision=precision, progress=progress, cost_model=cost_model)
+    # what re-planning builds the next module from (runtime.adaptive)
+    pm.__dict__["_compile_args"] = {"model": model, "cluster": cluster, "example_inputs": tuple(example_inputs),
+                                    "example_kwargs": dict(example_kwargs or {}), "loss_fn": loss_fn,
+                                    "memory_budget": memory_budget, "search": search, "cost_model": cost_model}
+    if adapt:
+        pm.adapt_after(**(adapt if isinstance(adapt, dict) else {}))
+    return pm
 
 
 def check_hosts(cluster) -> list[str]:
@@ -242,7 +256,7 @@ def _my_dump_dir(plan: ParallelPlan, dump_dir):
 
 
 def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_batch_size, memory_budget, plan,
-             search, dump_dir=None, *, precision=None, progress=None):
+             search, dump_dir=None, *, precision=None, progress=None, cost_model=None):
     import galvatron_fx as gfx
 
     world = dist.get_world_size()
@@ -254,7 +268,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
         def search_plan() -> ParallelPlan:
             mg0 = gfx.capture(model, example_inputs, loss_fn, example_kwargs=example_kwargs)
             return gfx.plan(mg0, cluster, global_batch_size=global_batch_size, memory_budget=memory_budget,
-                            search=search, precision=precision or "fp32",
+                            search=search, precision=precision or "fp32", cost_model=cost_model,
                             progress=sys.stderr.isatty() if progress is None else progress)
 
         with patience(PLANNING_TIMEOUT):  # the others wait for rank 0's search

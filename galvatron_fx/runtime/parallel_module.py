@@ -66,6 +66,7 @@ from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
+from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.weights import WeightsOut
 from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
@@ -155,7 +156,7 @@ def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Te
     return full, aliases
 
 
-class ParallelModule(WeightsOut, DataParallelMixin, nn.Module):
+class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,

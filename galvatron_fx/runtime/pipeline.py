@@ -57,6 +57,7 @@ from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
+from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.weights import WeightsOut
 from galvatron_fx.topology import runnable
 
@@ -144,7 +145,7 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-class PipelineModule(WeightsOut, nn.Module):
+class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):

@@ -1,0 +1,264 @@
+"""A cost model refitted from what a run measured (the closed loop's fit).
+
+Contract: :func:`refit` takes a plan, the :class:`~galvatron_fx.runtime.observe.Observations` of
+training it (per-layer forward and backward seconds per step, the gradient sync and optimizer
+seconds, all-reduces timed on the plan's own process groups, the step's wall time and, where
+measured, the peak of tensor memory) and the cost model the plan was priced by, and returns a
+:class:`Refit`: a :class:`RefitCostModel` — the base model with bounded correction factors — and
+the plan's prediction under it. Nothing is executed from the observations; they are numbers.
+
+The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``; a factor the observations do
+not inform stays 1):
+
+- *compute*, per layer kind and direction: the measured seconds of the kind's layers over their
+  predicted ``fwd_s`` / ``bwd_s`` (sums over the kind's layers on the observed ranks: a ratio of
+  sums, so small layers weigh little). A layer's measured time is what its call takes, its
+  tensor-parallel collectives and FSDP's gathers included, as the plan's per-layer figures
+  price them apart; the factor carries that. Kinds not observed (another plan's layer kinds are
+  the same model's) take the median factor; ``node_time_s`` (the intra-layer ILP's operator
+  prices) takes the median too.
+- *links*, per tier (intra-node, inter-node) and probed size: the measured all-reduces over the
+  cost model's seconds for the same bytes and ranks (median ratio per size); every collective,
+  redistribution and send the model prices on that tier is scaled by the factor at its size,
+  interpolated in log bytes between the probed sizes and held beyond them (so latency and
+  bandwidth may be off by different factors). A link the model thinks 10× slower than it is
+  comes back to its measured rate.
+- *optimizer*: the measured optimizer step over the plan's predicted optimizer seconds.
+- *memory*: the measured peak tensor bytes ``M`` against the predicted stage peak ``P`` split
+  into what the memory model knows exactly (parameters, gradients, optimizer states: ``F``,
+  checked to the byte against ``MemTracker``) and the rest (activations and temporaries: ``V``):
+  activations and temporaries are scaled by ``(M - F) / V``.
+- *step overhead*: what the step's wall time holds beyond the priced parts after the factors
+  (the training loop's own seconds: the loss, guards, Python between layers), a constant per
+  step added to every plan's prediction (``Refit.overhead_s``; bounded to ``[-½, 1] ×`` the
+  measured step).
+
+The refitted prediction of the observed plan is :func:`~galvatron_fx.search.price_plan.price_plan`
+under the refitted model plus the overhead; another plan is priced the same way by the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from galvatron_fx.cluster import TierName
+from galvatron_fx.cost_models.memory import LayerMemory
+
+__all__ = ["FACTOR_BOUND", "FITS", "Refit", "RefitCostModel", "refit"]
+
+FACTOR_BOUND = 50.0
+
+
+def _bounded(x: float) -> float:
+    if not math.isfinite(x) or x <= 0:
+        return 1.0
+    return min(FACTOR_BOUND, max(1.0 / FACTOR_BOUND, x))
+
+
+@dataclass(frozen=True)
+class Factors:
+    """The correction factors of a refit (see the module doc)."""
+
+    fwd: Mapping[str, float] = field(default_factory=dict)  # layer kind -> factor
+    bwd: Mapping[str, float] = field(default_factory=dict)
+    # tier name -> ((bytes, factor), ...) ascending in bytes: interpolated in log bytes between
+    # the measured sizes, held beyond them (latency and bandwidth may be off by different factors)
+    links: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    optimizer: float = 1.0
+    memory: float = 1.0
+    # layer name -> the observed kind: a graph captured at another shape names its kinds anew
+    kind_of: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def compute_default(self) -> float:
+        vals = [*self.fwd.values(), *self.bwd.values()]
+        return statistics.median(vals) if vals else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fwd": dict(self.fwd), "bwd": dict(self.bwd), "links": dict(self.links),
+                "optimizer": self.optimizer, "memory": self.memory}
+
+
+class RefitCostModel:
+    """``base`` with :class:`Factors` applied (see the module doc); every other attribute is the
+    base model's."""
+
+    def __init__(self, base, factors: Factors):
+        self.base, self.factors = base, factors
+
+    def __getattr__(self, name: str):  # cluster, precision, compute, traces_runtime, ...
+        return getattr(self.__dict__["base"], name)
+
+    # ---- compute ----
+    def layer_times_s(self, mg, layer, **kw):
+        f, b = self.base.layer_times_s(mg, layer, **kw)
+        fs, bs = self.factors.fwd, self.factors.bwd
+        kind = layer.kind if layer.kind in fs else self.factors.kind_of.get(layer.name)
+        d = self.factors.compute_default
+        return f * fs.get(kind, d), b * bs.get(kind, d)
+
+    def node_time_s(self, flops, nbytes, *, rank=0):
+        return self.base.node_time_s(flops, nbytes, rank=rank) * self.factors.compute_default
+
+    def optimizer_step_s(self, numel, tensors, *, dtensor=False, rank=0):
+        return self.base.optimizer_step_s(numel, tensors, dtensor=dtensor, rank=rank) * self.factors.optimizer
+
+    # ---- communication ----
+    def _link(self, ranks, nbytes: float) -> float:
+        ranks = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
+        tier = self.base.cluster.tier_of(ranks).name if len(ranks) > 1 else TierName.INTRA_NODE
+        pts = self.factors.links.get(str(tier))
+        if not pts:
+            return 1.0
+        if nbytes <= pts[0][0]:
+            return pts[0][1]
+        for (b0, f0), (b1, f1) in zip(pts, pts[1:]):
+            if nbytes <= b1:
+                w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return math.exp((1 - w) * math.log(f0) + w * math.log(f1))
+        return pts[-1][1]
+
+    def collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
+        kw = {} if gap_s is None else {"gap_s": gap_s}
+        return self.base.collective_time_s(collective, nbytes, ranks, **kw) * self._link(ranks, nbytes)
+
+    def tp_collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
+        price = getattr(self.base, "tp_collective_time_s", None)
+        if price is None:
+            return self.collective_time_s(collective, nbytes, ranks)
+        return price(collective, nbytes, ranks, gap_s=gap_s) * self._link(ranks, nbytes)
+
+    def reshard_time_s(self, nbytes, src, dst, ranks, ndim):
+        return self.base.reshard_time_s(nbytes, src, dst, ranks, ndim) * self._link(ranks, nbytes)
+
+    # ---- memory ----
+    def layer_memory(self, costs, strategy, **kw) -> LayerMemory:
+        m = self.base.layer_memory(costs, strategy, **kw)
+        k = self.factors.memory
+        if k == 1.0:
+            return m
+        return dataclasses.replace(m, activation_bytes=int(m.activation_bytes * k), temp_bytes=int(m.temp_bytes * k))
+
+
+@dataclass(frozen=True)
+class Refit:
+    """A refit's result: the refitted model, its factors, the step overhead, and the observed
+    plan's predictions before and after against what was measured."""
+
+    cost_model: RefitCostModel
+    factors: Factors
+    overhead_s: float
+    measured_step_s: float
+    predicted_step_s: float  # the plan's own prediction (before the refit)
+    refitted_step_s: float  # under the refitted model, overhead included
+    measured_peak_bytes: int | None
+    predicted_peak_bytes: int
+    refitted_peak_bytes: int
+
+    def lines(self) -> list[str]:
+        """What the refit changed, in sentences."""
+        f = self.factors
+        out = [f"measured step {self.measured_step_s * 1e3:.1f} ms; predicted {self.predicted_step_s * 1e3:.1f} ms "
+               f"before the refit, {self.refitted_step_s * 1e3:.1f} ms after"]
+        if self.measured_peak_bytes:
+            out.append(f"measured peak {self.measured_peak_bytes / 2**20:.2f} MiB; predicted "
+                       f"{self.predicted_peak_bytes / 2**20:.2f} MiB before, {self.refitted_peak_bytes / 2**20:.2f} MiB after")
+        kinds = sorted(set(f.fwd) | set(f.bwd))
+        if kinds:
+            out.append("compute × " + ", ".join(f"{k[:12]} fwd {f.fwd.get(k, 1):.2f} bwd {f.bwd.get(k, 1):.2f}"
+                                                for k in kinds))
+        if f.links:
+            out.append("links × " + ", ".join(f"{t} " + ", ".join(f"{v:.3g} at {_size(b)}" for b, v in pts)
+                                             for t, pts in sorted(f.links.items())))
+        out.append(f"optimizer × {f.optimizer:.2f}; activation memory × {f.memory:.2f}; step overhead "
+                   f"{self.overhead_s * 1e3:+.1f} ms")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"factors": self.factors.to_dict(), "overhead_s": self.overhead_s,
+                "measured_step_s": self.measured_step_s, "predicted_step_s": self.predicted_step_s,
+                "refitted_step_s": self.refitted_step_s, "measured_peak_bytes": self.measured_peak_bytes,
+                "predicted_peak_bytes": self.predicted_peak_bytes, "refitted_peak_bytes": self.refitted_peak_bytes}
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def _peak_split(plan) -> tuple[int, int, int]:
+    """The plan's largest stage peak ``P``, and of it the exactly known part ``F`` (parameters,
+    gradients, optimizer states) and the rest ``V`` (activations held and the largest temporary)."""
+    stage = max(range(plan.pp), key=lambda s: plan.predicted.peak_memory_bytes[s])
+    layers = [lp for lp in plan.layers if lp.stage == stage]
+    fixed = sum(lp.predicted.memory_breakdown.get(k, 0) for lp in layers for k in ("params", "grads", "optimizer"))
+    peak = plan.predicted.peak_memory_bytes[stage]
+    return peak, min(fixed, peak), max(peak - fixed, 0)
+
+
+FITS = ("compute", "links", "optimizer", "memory")
+
+
+def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FITS) -> Refit:
+    """Refit ``cost_model`` (the model ``plan`` was priced by; default the planner's analytic model
+    of the plan's cluster and precision) from ``observations`` of running ``plan`` on the graph
+    ``mg`` (``pm.mg``; see the module doc). ``fit``: which factors to fit (of :data:`FITS`;
+    the others stay 1)."""
+    from galvatron_fx.search.price_plan import price_plan
+
+    if cost_model is None:
+        from galvatron_fx.cluster import Cluster
+        from galvatron_fx.cost_models.base import AnalyticCostModel
+        from galvatron_fx.ir.strategy import Precision
+
+        cost_model = AnalyticCostModel(Cluster.from_dict(plan.cluster), precision=Precision.named(plan.precision))
+
+    obs = observations
+    by_name = {lp.name: lp for lp in plan.layers}
+    kind_of = {lp.name: lp.kind for lp in plan.layers}
+    sums: dict[str, list[float]] = {}
+    for name, (f, b) in obs.layer_s.items():
+        lp = by_name.get(name)
+        if lp is None:
+            continue
+        acc = sums.setdefault(kind_of[name], [0.0, 0.0, 0.0, 0.0])
+        acc[0] += f
+        acc[1] += b
+        acc[2] += lp.predicted.fwd_s
+        acc[3] += lp.predicted.bwd_s
+    unknown = set(fit) - set(FITS)
+    if unknown:
+        raise ValueError(f"refit fit={fit!r}: unknown {sorted(unknown)}; choose from {FITS}")
+    compute = "compute" in fit
+    fwd = {k: _bounded(a[0] / a[2]) for k, a in sums.items() if a[2] > 0 and compute}
+    bwd = {k: _bounded(a[1] / a[3]) for k, a in sums.items() if a[3] > 0 and compute}
+    ratios: dict[str, dict[int, list[float]]] = {}
+    for op, nbytes, ranks, seconds in obs.collectives:
+        pred = cost_model.collective_time_s(op, nbytes, list(ranks))
+        if pred > 0 and seconds > 0:
+            tier = cost_model.cluster.tier_of(ranks).name
+            ratios.setdefault(str(tier), {}).setdefault(int(nbytes), []).append(seconds / pred)
+    links = {t: tuple((b, _bounded(statistics.median(v))) for b, v in sorted(per.items())) for t, per in ratios.items()}
+    if "links" not in fit:
+        links = {}
+    pred_optim = plan.predicted.breakdown.get("optimizer", 0.0)
+    optimizer = _bounded(obs.optimizer_s / pred_optim) if pred_optim > 0 and obs.optimizer_s > 0 \
+        and "optimizer" in fit else 1.0
+    peak, fixed, variable = _peak_split(plan)
+    memory = 1.0
+    if obs.peak_bytes and variable > 0 and "memory" in fit:
+        memory = min(10.0, max(0.1, (obs.peak_bytes - fixed) / variable))
+    factors = Factors(fwd=fwd, bwd=bwd, links=links, optimizer=optimizer, memory=memory, kind_of=kind_of)
+    model = RefitCostModel(cost_model, factors)
+    priced = price_plan(plan, mg, model)
+    overhead = obs.step_s - priced.predicted.step_time_s
+    overhead = min(obs.step_s, max(-0.5 * obs.step_s, overhead))
+    return Refit(cost_model=model, factors=factors, overhead_s=overhead, measured_step_s=obs.step_s,
+                 predicted_step_s=plan.predicted.step_time_s,
+                 refitted_step_s=priced.predicted.step_time_s + overhead,
+                 measured_peak_bytes=obs.peak_bytes, predicted_peak_bytes=peak,
+                 refitted_peak_bytes=max(priced.predicted.peak_memory_bytes))
