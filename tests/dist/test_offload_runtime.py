@@ -131,8 +131,6 @@ def _train(model, mg, plan, batches, m: int):
 def _case(key: str, world: int, cache: dict) -> dict:
     import copy
 
-    import torch
-
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
     gbs, m, spec, exact = CASES[world][key]
