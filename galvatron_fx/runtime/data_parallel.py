@@ -31,13 +31,24 @@ fp32 unless the plan chose a 16-bit sum; the sharded gradient is kept in fp32).
 Accumulation: FSDP reduce-scatters once per micro-batch backward and accumulates the sharded
 grads (the memory model's ZeRO-2/3: only ``1/dp`` gradients persist); no ``no_sync``.
 The optimizer must be built after the ``ParallelModule`` (it sees the sharded parameters).
+
+Offload (``LayerStrategy.offload``): a ZeRO-2/3 unit with ``dp > 1`` is sharded with FSDP2's
+``CPUOffloadPolicy`` (pinned host memory on a GPU mesh): its sharded parameters, gradients and so
+the optimizer's states live on the host; each gather copies the shards to the device, each
+reduce-scatter's shard goes back (layers that differ in offload are never one unit). Every other
+offloaded layer (DDP, or ``dp == 1``) keeps a host master per parameter and computes with a
+device working copy (:meth:`~galvatron_fx.runtime.layer_exec.LayerExecutor.offload`): the
+buckets, PowerSGD and the tied-copy sums all work on the working copies' gradients, and the end
+of :meth:`DataParallelMixin.sync_grads` moves each one to its master's ``.grad`` on the host
+(:meth:`DataParallelMixin._grads_to_host`), where the optimizer steps it; the next read of the
+layer's parameters copies the stepped master back. With no offloaded layer nothing of this runs.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import DataParallelMeshDims
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
@@ -75,11 +86,13 @@ class DataParallelMixin:
         gather it once, as FSDP's root does for a model's embedding and head. ZeRO-3 reshards after
         forward (and gathers again for backward), ZeRO-2 keeps the gathered parameters until the
         backward, as the plan priced each layer (a last layer, whose backward follows at once, is
-        ZeRO-2 where the search found that cheaper). Every unit then
+        ZeRO-2 where the search found that cheaper). Layers that differ in ``offload`` are separate
+        units; an offloaded unit keeps its shards on the host (``CPUOffloadPolicy``). Every unit then
         joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
         context: a gather is prefetched during the backward of the unit after it."""
         layers = dict(zip(self.layer_ids, self.executors))
         dp_type = {i: str(self.plan.layers[i].strategy.dp_type) for i in self.layer_ids}
+        offload = {i: self.plan.layers[i].strategy.offload for i in self.layer_ids}
         for i, ex in layers.items():
             ex.fsdp = dp_type[i] in ("zero2", "zero3") and self.plan.layers[i].dp > 1 and \
                 any(True for _ in ex.parameters())
@@ -101,7 +114,8 @@ class DataParallelMixin:
                     continue
                 j, jkey = owner[fqn]
                 a, b = layers[j].params[jkey], ex.params[key]
-                if layers[j].mesh is ex.mesh and tuple(a.placements) == tuple(b.placements) and a.shape == b.shape:
+                if layers[j].mesh is ex.mesh and tuple(a.placements) == tuple(b.placements) and a.shape == b.shape \
+                        and offload[i] == offload[j]:
                     unit[find(i)] = find(j)
                     ex.params[key] = a  # one parameter for both uses
         groups: dict[int, list[int]] = {}
@@ -116,12 +130,15 @@ class DataParallelMixin:
             mp = MixedPrecisionPolicy(param_dtype=ex.compute_dtype, reduce_dtype=reduce or torch.float32) \
                 if ex.compute_dtype is not None or reduce is not None else MixedPrecisionPolicy()
             reshard = all(dp_type[i] == "zero3" for i in members)
+            # (one offload setting per unit: see the union above) pinned host memory only for a GPU
+            off = CPUOffloadPolicy(pin_memory=ex.mesh.device_type == "cuda") if offload[members[0]] \
+                else OffloadPolicy()
             if ex.mesh.size(1) == 1:
                 # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
                 # tensors the layer graph reads as they are (no DTensor per parameter and step)
                 self._plain_parameters(exs)
                 fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh["dp"], reshard_after_forward=reshard,
-                            mp_policy=mp)
+                            mp_policy=mp, offload_policy=off)
             else:
                 # FSDP's SPMD form wants every parameter on the very mesh object it is given
                 # (meshes are process-wide, see mesh(), so DTensor's spec cache hands back the same one)
@@ -131,7 +148,7 @@ class DataParallelMixin:
                                     f"the layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot "
                                     "shard them with FSDP")
                 fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
-                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp)
+                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp, offload_policy=off)
             for e in exs:
                 e.set_gradient_divide_factor(1.0)
                 e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
@@ -164,7 +181,8 @@ class DataParallelMixin:
         """Layers outside FSDP that read one tied weight stored alike (plain local tensors of one
         shape and dtype, the same tp layout, the same mesh) share a single parameter, as the user's
         model does: autograd sums both uses into one gradient, which is reduced once, and the
-        optimizer steps it once (FSDP units share theirs in :meth:`_shard_all`)."""
+        optimizer steps it once (FSDP units share theirs in :meth:`_shard_all`). Offloaded layers
+        share theirs with offloaded layers only, master and working copy alike."""
         first: dict[str, tuple[LayerExecutor, str]] = {}
         for ex in self.executors:
             if ex.fsdp:
@@ -178,8 +196,11 @@ class DataParallelMixin:
                 other, okey = first[fqn]
                 a, b = other.params[okey], ex.params[key]
                 if other.mesh is ex.mesh and other._meta[okey] == ex._meta[key] and a.shape == b.shape \
-                        and a.dtype == b.dtype and a.requires_grad == b.requires_grad:
+                        and a.dtype == b.dtype and a.requires_grad == b.requires_grad \
+                        and (okey in other._offloaded) == (key in ex._offloaded):
                     ex.params[key] = a
+                    if key in ex._offloaded:
+                        ex._offloaded[key] = other._offloaded[okey]
 
     def _tied_groups(self) -> list[list[tuple[LayerExecutor, str]]]:
         """Per tied FQN, one ``(executor, key)`` per distinct parameter holding it (layers of one
@@ -190,9 +211,15 @@ class DataParallelMixin:
                 by_fqn.setdefault(fqn, {}).setdefault(id(ex.params[key]), (ex, key))
         return [list(ps.values()) for ps in by_fqn.values() if len(ps) > 1]
 
+    def _working_copies(self) -> list:
+        """The :class:`~galvatron_fx.runtime.layer_exec._Working` pairs of this module's
+        offloaded parameters, each once (tied layers share one), in layer order."""
+        return list({id(w): w for ex in self.executors for w in ex._offloaded.values()}.values())
+
     def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
         """Every plain local parameter of a ``dp > 1`` layer joins its dp group's
-        :class:`GradBucketer`, last layer first. Tied copies stored whole (tp ``Replicate``) on
+        :class:`GradBucketer`, last layer first (an offloaded parameter's working copy, which
+        backward fills). Tied copies stored whole (tp ``Replicate``) on
         equal mesh shapes are one bucket entry (summed locally, reduced once; at ``dp == 1`` only
         summed: ``_local_tied``); other tied copies are summed as full tensors (``_slow_tied``)."""
         self._local_tied, self._slow_tied = [], []
@@ -205,14 +232,15 @@ class DataParallelMixin:
             elif next(iter(shapes))[0] == 1:
                 self._local_tied.append(ps)
             else:
-                fast.setdefault(next(iter(shapes)), []).append([ex.params[k] for ex, k in ps])
+                fast.setdefault(next(iter(shapes)), []).append([ex.grad_param(k) for ex, k in ps])
         in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
         by_group: dict[tuple[int, int], list] = {}
         seen: set[int] = set()
         for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
             if ex.fsdp or ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
                 continue
-            for k, p in ex.params.items():
+            for k in ex.params.keys():
+                p = ex.grad_param(k)
                 if k in ex._local and p.requires_grad and id(p) not in in_fast and id(p) not in seen:
                     seen.add(id(p))
                     by_group.setdefault((ex.mesh.size(0), ex.mesh.size(1)), []).append(p)
@@ -242,28 +270,45 @@ class DataParallelMixin:
         """Reduce every grad to its parameter's layout and sum tied copies (see
         :meth:`_grad_bucketers`). FSDP layers reduce-scattered theirs in backward; the plain
         (DDP-flavour) local grads of all layers sharing a dp group are summed in buckets, launched
-        during the last backward when :meth:`train_step` armed them, else here."""
+        during the last backward when :meth:`train_step` armed them, else here. Offloaded
+        parameters' gradients are then moved to their host masters (:meth:`_grads_to_host`)."""
         for bucketer in self._bucketers.values():
             bucketer.finish()
         for ps in self._local_tied:
-            grads = [g for g in (ex.params[k].grad for ex, k in ps) if g is not None]
+            grads = [g for g in (ex.grad_param(k).grad for ex, k in ps) if g is not None]
             if grads:
                 total = torch.stack(grads).sum(0) if len(grads) > 1 else grads[0]
                 for ex, k in ps:
-                    ex.params[k].grad = total.clone()
+                    ex.grad_param(k).grad = total.clone()
         for ex, k in self._dtensor_params:  # parameters kept as DTensors (FSDP reduced theirs)
             p = ex.params[k]
             if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                 p.grad = p.grad.redistribute(p.device_mesh, p.placements)
         for ps in self._slow_tied:
             self._sum_full(ps)
+        if self._working:
+            self._grads_to_host()
+
+    def _grads_to_host(self) -> None:
+        """Each offloaded working copy's gradient into its host master's ``.grad`` (added to one
+        there, as autograd accumulates), the working copy's dropped (see
+        :meth:`~galvatron_fx.runtime.layer_exec._Working.grad_to_host`)."""
+        for w in self._working:
+            w.grad_to_host()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``nn.Module.zero_grad``, and the gradients offloaded layers' working copies hold from a
+        backward whose sync has not run (they are no parameters of the module)."""
+        super().zero_grad(set_to_none)
+        for w in getattr(self, "_working", ()):
+            w.copy.grad = None
 
     @staticmethod
     def _sum_full(ps) -> None:
-        grads = [ex.params[k].grad for ex, k in ps]
+        grads = [ex.grad_param(k).grad for ex, k in ps]
         if all(isinstance(g, DTensor) for g in grads) and \
                 len({(tuple(g.placements), tuple(g.device_mesh.mesh.flatten().tolist()), g.device_mesh.mesh.shape,
-                      tuple(g._local_tensor.shape)) for g in grads}) == 1:
+                      tuple(g._local_tensor.shape), g._local_tensor.device) for g in grads}) == 1:
             # copies sharded alike (FSDP on equal meshes): the sum of the shards is the shard of the sum
             total = grads[0]._local_tensor.clone()
             for g in grads[1:]:

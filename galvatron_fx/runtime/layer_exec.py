@@ -13,6 +13,16 @@ batch-sharded activation) and, under sequence parallelism, possibly ``Partial`` 
 weights). :meth:`LayerExecutor.sync_grads` redistributes every grad to its parameter's storage
 placement: an all-reduce (sum) over dp and, where needed, tp. The sum is the gradient of the sum
 of the per-rank losses; a mean loss must be divided by the dp degree by the caller's loss.
+
+Offload (:meth:`LayerExecutor.offload`, a plain local parameter of a layer whose strategy has
+``offload``): the registered parameter becomes the *master*, an fp32 copy in host memory that
+the optimizer, ``state_dict`` and checkpoints see; the layer computes with a *working copy* on
+the parameter's device (a separate tensor even where host and device are one, CPU), which is
+copied from the master again whenever the master changed (its ``_version`` or storage differs
+from those last copied), when the layer next reads it (:meth:`~LayerExecutor.local_params`,
+:meth:`~LayerExecutor._param`). Backward accumulates gradients on the working copy
+(:meth:`~LayerExecutor.grad_param`); the owner's gradient sync moves them to the master
+(:meth:`_Working.grad_to_host`). Layers sharing a tied parameter share its :class:`_Working`.
 """
 
 from __future__ import annotations
@@ -33,6 +43,49 @@ from galvatron_fx.runtime.lowered import _Lowered
 
 log = logging.getLogger(__name__)
 R = Replicate()
+
+
+def _mesh_device(mesh: DeviceMesh) -> torch.device:
+    """The device ``mesh``'s collectives run on (this process's GPU for a ``cuda`` mesh)."""
+    if mesh.device_type == "cpu":
+        return torch.device("cpu")
+    return torch.device(mesh.device_type, torch.get_device_module(mesh.device_type).current_device())
+
+
+class _Working:
+    """A host master parameter and its device working copy (see module doc)."""
+
+    __slots__ = ("master", "copy", "seen")
+
+    def __init__(self, master: nn.Parameter, copy: torch.Tensor):
+        assert master.device.type == "cpu" and copy.data_ptr() != master.data_ptr(), (master.device, copy.device)
+        self.master, self.copy = master, copy
+        self.seen = (master._version, master.data_ptr())  # the master's state last copied
+
+    def fresh(self) -> torch.Tensor:
+        """The working copy, copied from the master first if the master changed since (an
+        optimizer step, a load: in-place writes bump ``_version``; a ``.data`` swap moves it)."""
+        m = self.master
+        if (m._version, m.data_ptr()) != self.seen:
+            with torch.no_grad():
+                self.copy.copy_(m)
+            self.seen = (m._version, m.data_ptr())
+        return self.copy
+
+    @torch.no_grad()
+    def grad_to_host(self) -> None:
+        """The working copy's gradient added to the master's (set when it has none) in host
+        memory; the working copy's dropped, so that the next backward starts clean (a bucket's
+        view of it goes with it)."""
+        g = self.copy.grad
+        if g is None:
+            return
+        m = self.master
+        if m.grad is None:
+            m.grad = g.to(m.device, copy=True)  # a copy even on CPU: never the bucket's storage
+        else:
+            m.grad += g.to(m.device)
+        self.copy.grad = None
 
 
 class LayerExecutor(nn.Module, PlacedLayer):
@@ -58,6 +111,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
             self.fqn_of_key[key] = fqn
         self.lowered = None  # the traced local-op function (see lower())
         self._local: set[str] = set()  # parameters stored as plain local shards (localize())
+        self._offloaded: dict[str, _Working] = {}  # key -> host master and working copy (offload())
         # key -> (tp storage placement, global shape, global stride)
         self._meta = {k: (p.placements[1], p.shape, p.stride()) for k, p in self.params.items()}
 
@@ -120,13 +174,38 @@ class LayerExecutor(nn.Module, PlacedLayer):
             self._local.add(key)
             self.params[key] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
 
+    def offload(self) -> None:
+        """Keep every parameter (plain local shards: after :meth:`localize`) as a host master
+        with a device working copy (see module doc). The working copy is the tensor the
+        parameter was (its storage stays on the device); the master is a new host copy, pinned
+        when the device is a GPU, registered in its place."""
+        assert self._local == set(self.params.keys()), f"offload() after localize(): {self.name}"
+        for key, p in list(self.params.items()):
+            if key in self._offloaded:
+                continue
+            host = p.detach().to("cpu", copy=True)
+            if p.device.type == "cuda":
+                host = host.pin_memory()
+            master = nn.Parameter(host, requires_grad=p.requires_grad)
+            self._offloaded[key] = _Working(master, p.detach().requires_grad_(p.requires_grad))
+            self.params[key] = master
+
+    def grad_param(self, key: str) -> torch.Tensor:
+        """The tensor backward accumulates ``key``'s gradient into: the working copy of an
+        offloaded parameter, else the parameter itself."""
+        w = self._offloaded.get(key)
+        return self.params[key] if w is None else w.copy
+
     def local_params(self) -> list[torch.Tensor]:
         """This rank's shard of every parameter, in ``self.params`` order, as a lowered layer
-        reads them (differentiably: an FSDP-unsharded DTensor's local tensor; a hook for callers
-        that keep the parameters elsewhere)."""
+        reads them (differentiably: an FSDP-unsharded DTensor's local tensor, an offloaded
+        parameter's fresh working copy; a hook for callers that keep the parameters elsewhere)."""
         # the ParameterDict's own storage (its values() goes through __getitem__ per key; FSDP
         # swaps parameters in place there, so this sees the current ones)
         stored = self.params._parameters
+        if self._offloaded:
+            off = self._offloaded
+            return [off[k].fresh() if k in off else stored[k] for k in self.params._keys]
         return [p.to_local() if isinstance(p, DTensor) else p for p in (stored[k] for k in self.params._keys)]
 
     def _param(self, key: str, local: torch.Tensor | None = None) -> DTensor:
@@ -135,32 +214,60 @@ class LayerExecutor(nn.Module, PlacedLayer):
         if local is None and key not in self._local:
             return self._cast(self.params[key])
         tp_p, shape, stride = self._meta[key]
-        t = self._cast(self.params[key] if local is None else local)
-        return _AsDTensor.apply(t, self.mesh, tp_p, shape, stride)
+        if local is None:
+            w = self._offloaded.get(key)
+            local = self.params[key] if w is None else w.fresh()
+        return _AsDTensor.apply(self._cast(local), self.mesh, tp_p, shape, stride)
 
     def full_param(self, key: str) -> torch.Tensor:
-        """Parameter ``key`` as one full tensor (a collective over the mesh)."""
-        return self._as_dtensor(key, self.params[key].detach()).full_tensor()
+        """Parameter ``key`` as one full tensor (a collective over the mesh; an offloaded
+        parameter gathers its working copy, on the device, equal to the master)."""
+        w = self._offloaded.get(key)
+        p = self.params[key].detach() if w is None else w.fresh().detach()
+        return self._as_dtensor(key, p).full_tensor()
 
     def full_grad(self, key: str) -> torch.Tensor | None:
-        """The (synchronised) gradient of ``key`` as one full tensor, or None."""
-        g = self.params[key].grad
+        """The (synchronised) gradient of ``key`` as one full tensor, or None. An offloaded
+        parameter's is its working copy's while it has one (backward until the end of the sync),
+        else its master's (brought to the device for the gather)."""
+        w = self._offloaded.get(key)
+        if w is None:
+            g = self.params[key].grad
+        else:
+            g = w.copy.grad if w.copy.grad is not None else w.master.grad
+            g = g if g is None else g.to(w.copy.device)
         return None if g is None else self._as_dtensor(key, g).full_tensor()
 
     def set_full_grad(self, key: str, full: torch.Tensor) -> None:
-        """Set the gradient of ``key`` from a full tensor (identical on every rank)."""
+        """Set the gradient of ``key`` from a full tensor (identical on every rank); of an
+        offloaded parameter, where :meth:`full_grad` reads it."""
         p = self.params[key]
         if not isinstance(p, DTensor):  # a local shard (FSDP's sharded parameters are DTensors)
             tp_p = self._meta[key][0]
             d = DTensor.from_local(full, self.mesh, [R, R], run_check=False).redistribute(self.mesh, (R, tp_p))
-            p.grad = d.to_local().clone()
+            w = self._offloaded.get(key)
+            if w is None:
+                p.grad = d.to_local().clone()
+            elif w.copy.grad is not None:
+                w.copy.grad = d.to_local().clone()
+            else:
+                p.grad = d.to_local().to(p.device, copy=True)
         else:
             # redistribute (not distribute_tensor): FSDP shards may be _StridedShard
-            d = DTensor.from_local(full, p.device_mesh, [R] * p.device_mesh.ndim, run_check=False)
-            p.grad = d.redistribute(p.device_mesh, p.placements)
+            d = DTensor.from_local(full.to(_mesh_device(p.device_mesh)), p.device_mesh, [R] * p.device_mesh.ndim,
+                                   run_check=False).redistribute(p.device_mesh, p.placements)
+            local = p._local_tensor
+            if d._local_tensor.device != local.device:  # FSDP's CPU offload: the grad lives on the host
+                d = DTensor.from_local(d._local_tensor.to(local.device), p.device_mesh, p.placements, run_check=False,
+                                       shape=p.shape, stride=p.stride())
+            p.grad = d
 
     def _as_dtensor(self, key: str, t: torch.Tensor) -> DTensor:
         if isinstance(t, DTensor):
+            dev = _mesh_device(t.device_mesh)
+            if t._local_tensor.device.type != dev.type:  # FSDP's CPU offload: gather on the device
+                return DTensor.from_local(t._local_tensor.to(dev), t.device_mesh, t.placements, run_check=False,
+                                          shape=t.shape, stride=t.stride())
             return t
         tp_p, shape, stride = self._meta[key]
         return DTensor.from_local(t, self.mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)

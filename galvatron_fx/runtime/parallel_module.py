@@ -34,6 +34,13 @@ the plan's cluster, with a warning) or refused; nothing is re-solved silently.
 Data parallel flavours per layer (DDP; ZeRO-2/ZeRO-3 through FSDP2), tied weights and the gradient
 sync: :mod:`galvatron_fx.runtime.data_parallel`. The optimizer must be built after the
 ``ParallelModule`` (it sees the sharded parameters).
+
+Offload (``LayerStrategy.offload``): ZeRO-2/3 layers at ``dp > 1`` through FSDP2's
+``CPUOffloadPolicy``; every other offloaded layer registers host masters and computes with device
+working copies, its gradients moved to the masters at the end of ``sync_grads`` (see
+:mod:`~galvatron_fx.runtime.data_parallel` and :mod:`~galvatron_fx.runtime.layer_exec`). Either
+way ``parameters()``, the optimizer's states, ``state_dict`` inputs and checkpoints of such a
+layer live in host memory; the plan's other layers run as without offload.
 """
 
 from __future__ import annotations
@@ -233,10 +240,13 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
             ex.layer_outputs = list(layer.output_names)
             self.executors.append(ex)
         self._shard_all()
-        for ex in self.executors:
+        for i, ex in zip(self.layer_ids, self.executors):
             if not ex.fsdp:
                 ex.localize()
+                if plan.layers[i].strategy.offload:  # (an FSDP unit offloads through FSDP: _shard_all)
+                    ex.offload()
         self._share_tied()
+        self._working = self._working_copies()  # offloaded masters and their working copies
         for i, ex in zip(self.layer_ids, self.executors):
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy

@@ -31,8 +31,9 @@ Algorithm:
   ``ScheduleInterleaved1F1B`` over this rank's chunks; the loss function divides by the number
   of micro-batches (``scale_grads=False``), as ``ParallelModule.train_step`` does.
 * Gradients: after the schedule, each chunk syncs its own (dp buckets, FSDP, tied copies inside
-  the chunk); a weight tied across chunks (an embedding and its head) is summed over the ``pp``
-  group as full tensors and written back to every copy.
+  the chunk; an offloaded layer's then sit on its host masters); a weight tied across chunks (an
+  embedding and its head) is summed over the ``pp`` group as full tensors and written back to
+  every copy (``full_grad``/``set_full_grad`` read and write an offloaded copy's on its master).
 * Checkpoints (``save``/``load``/``load_state_dict``): :mod:`galvatron_fx.runtime.checkpoint`
   over this rank's chunk bodies, in the format of :class:`ParallelModule`'s, so that pipelined and
   non-pipelined plans of any shape load each other's checkpoints.
@@ -250,6 +251,9 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
             torch.set_rng_state(rng)
             for p in self.parameters():
                 p.grad = None
+            for ch in self.chunks:  # offloaded layers' working copies (no parameters of the module)
+                for w in ch.body._working:
+                    w.copy.grad = None
         errors: list = [None] * dist.get_world_size()
         dist.all_gather_object(errors, error)
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]

@@ -78,7 +78,7 @@ _OPTIONS: dict = {}
 
 def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp: int = 1,
               boundaries: tuple[int, ...] = (0,), schedule: str = "1f1b", options: dict | None = None):
-    """A hand-made plan: per layer (dp, tp, sp, recompute[, dp_type]), placements from the ILP
+    """A hand-made plan: per layer (dp, tp, sp, recompute[, dp_type[, offload]]), placements from the ILP
     (the memory-lean variant: every matrix weight sharded, so tp>1 really shards; ``options``:
     layer kind -> a solved ``LayerOption`` to take instead). ``pp > 1``:
     chunks start at ``boundaries`` (``pp × virtual stages`` of them), chunk c on stage c % pp,
@@ -97,7 +97,7 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp:
     ends = (*boundaries[1:], len(mg.layers))
     for c, (a, e) in enumerate(zip(boundaries, ends)):
         chunk_of.update({i: c for i in range(a, e)})
-    for i, (layer, (dp, tp, sp, rc, *dpt)) in enumerate(zip(mg.layers, spec)):
+    for i, (layer, (dp, tp, sp, rc, *rest)) in enumerate(zip(mg.layers, spec)):
         assert dp * tp * pp == world
         if layer.role != "block":
             sp = "none"  # sequence parallelism shards the blocks' hidden states
@@ -111,7 +111,8 @@ def make_plan(mg, world: int, spec, *, gbs: int, m: int, name: str = "test", pp:
                                                   shard_params=True)
             placements = _OPTIONS[key].placements
         layers.append(LayerPlan(name=layer.name, kind=layer.kind, role=layer.role, stage=chunk_of[i] % pp,
-                                strategy=LayerStrategy(tp=tp, sp=sp, recompute=rc, dp_type=(dpt or ["ddp"])[0]),
+                                strategy=LayerStrategy(tp=tp, sp=sp, recompute=rc, dp_type=(rest or ["ddp"])[0],
+                                                       offload=len(rest) > 1 and rest[1]),
                                 dp=dp, placements=placements, predicted=LayerPrediction(fwd_s=0.0, bwd_s=0.0)))
     k = world // pp
     return ParallelPlan(model=name, graph_hash=graph_hash(mg), cluster_hash="c" * 64, world_size=world, pp=pp,
