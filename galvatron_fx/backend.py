@@ -438,7 +438,8 @@ class _Parallel:
 
 
 def _runnable(plan: ParallelPlan, world: int, gbs: int) -> ParallelPlan:
-    """``plan`` checked against the job and made runnable here: ZeRO layers run as DDP (logged)."""
+    """``plan`` checked against the job and made runnable here: ZeRO and offloaded layers run as
+    DDP on the device (logged)."""
     if plan.world_size != world:
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with torchrun --nproc-per-node {plan.world_size}, or re-plan for {world} devices")
@@ -450,15 +451,15 @@ def _runnable(plan: ParallelPlan, world: int, gbs: int) -> ParallelPlan:
         raise PlanError(f"plan {plan.model!r} is for a global batch of {plan.global_batch_size} samples, but the "
                         f"compiled model got {gbs}: every rank passes the whole global batch; pass "
                         f"{plan.global_batch_size} samples per call or re-plan")
-    zero = [lp.name for lp in plan.layers if lp.strategy.dp_type != DPType.DDP]
+    zero = [lp.name for lp in plan.layers if lp.strategy.dp_type != DPType.DDP or lp.strategy.offload]
     if not zero:
         return plan
     if dist.get_rank() == 0:
-        log.warning("%s backend: layers %s are planned with ZeRO; they run as plain data parallel here "
-                    "(parameters and optimizer state stay whole on every rank; numerics are the same, memory is "
-                    "not): %s",
+        log.warning("%s backend: layers %s are planned with ZeRO or CPU offload; they run as plain data parallel "
+                    "on the device here (parameters and optimizer state stay whole on every rank; numerics are the "
+                    "same, memory is not): %s",
                     BACKEND_NAME, zero, _USE_COMPILE)
-    layers = tuple(dataclasses.replace(lp, strategy=dataclasses.replace(lp.strategy, dp_type=DPType.DDP))
+    layers = tuple(dataclasses.replace(lp, strategy=dataclasses.replace(lp.strategy, dp_type=DPType.DDP, offload=False))
                    for lp in plan.layers)
     return dataclasses.replace(plan, layers=layers)
 

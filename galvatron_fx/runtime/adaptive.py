@@ -19,11 +19,14 @@ at a time), and scalar state (``step``) is copied. The loss curve continues as i
 not changed (fp32: equal to an uninterrupted run within float rounding of the sums' order).
 
 ``compile(..., adapt=True)`` installs :meth:`AdaptiveMixin.adapt_after`: after ``warmup`` steps it
-observes ``steps`` more, refits, re-plans once and logs what changed and why.
+observes ``steps`` more, refits, re-plans once and logs what changed and why; after a switch it
+measures the new plan over ``steps`` steps (after two of warm-up) and switches back when it runs
+slower than the old one did by more than ``threshold`` — a prediction the run refutes is undone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
@@ -194,32 +197,58 @@ class AdaptiveMixin:
 
     def adapt_after(self, warmup: int = 3, steps: int = 5, threshold: float = DEFAULT_THRESHOLD) -> None:
         """After ``warmup`` more training steps, observe ``steps`` steps, refit, re-plan once and
-        log (rank 0: stderr) what changed and why (``compile(adapt=True)`` calls this)."""
+        log (rank 0: stderr) what changed and why; a switch is measured and undone when the new
+        plan runs slower (``compile(adapt=True)`` calls this; see module doc)."""
         from galvatron_fx.runtime.observe import recorder
 
-        rec = recorder(self)
-        state = {"left": warmup, "phase": "warmup"}
         pm = self
+        state = {"left": warmup, "phase": "warmup"}
+
+        def say(lines: list[str]) -> None:
+            if dist.get_rank() == 0:
+                text = "\n".join(lines)
+                log.info(text)
+                print(text, file=sys.stderr)
 
         def after(optimizer):
+            rec = recorder(pm)  # (a switch makes pm another module: its own recorder)
             if state["phase"] == "warmup":
                 state["left"] -= 1
                 if state["left"] <= 0:
                     state["phase"] = "observe"
                     rec.arm(steps)
             elif state["phase"] == "observe" and not rec.armed:
-                state["phase"] = "done"
                 rec.after_step = None
-                fit = pm.refit()
+                obs = pm.observations()
+                fit = pm.refit(obs)
                 result = pm.replan(optimizer, refit=fit, threshold=threshold)
                 pm.__dict__["adapt_report"] = (fit, result)
-                if dist.get_rank() == 0:
-                    text = "\n".join(["galvatron_fx: refitted the cost model from the run:"]
-                                     + [f"  {x}" for x in fit.lines()] + [f"  {x}" for x in result.lines()])
-                    log.info(text)
-                    print(text, file=sys.stderr)
+                say(["galvatron_fx: refitted the cost model from the run:"]
+                    + [f"  {x}" for x in fit.lines()] + [f"  {x}" for x in result.lines()])
+                if result.switched:  # measure the new plan: keep it only if it is faster
+                    state.update(phase="verify", old=result.old_plan, old_s=obs.step_s, left=2)
+                    recorder(pm).after_step = after
+            elif state["phase"] == "verify":
+                if state["left"] > 0:  # the new module's first steps warm up
+                    state["left"] -= 1
+                    if state["left"] == 0:
+                        rec.arm(steps, memory=False)
+                elif not rec.armed:
+                    rec.after_step = None
+                    new_s = pm.observations(links=False).step_s
+                    fit, result = pm.__dict__["adapt_report"]
+                    if new_s > state["old_s"] * (1 + threshold):
+                        pm.switch_to(state["old"], optimizer)
+                        pm.__dict__["adapt_report"] = (fit, dataclasses.replace(
+                            result, switched=False, reason=f"switched back: the new plan measured {new_s * 1e3:.1f} ms "
+                                                           f"per step against {state['old_s'] * 1e3:.1f} ms"))
+                        say([f"galvatron_fx: the new plan measured {new_s * 1e3:.1f} ms per step, the old one "
+                             f"{state['old_s'] * 1e3:.1f} ms: switched back"])
+                    else:
+                        say([f"galvatron_fx: the new plan measured {new_s * 1e3:.1f} ms per step, the old one "
+                             f"{state['old_s'] * 1e3:.1f} ms: kept"])
 
-        rec.after_step = after
+        recorder(pm).after_step = after
 
 
 def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

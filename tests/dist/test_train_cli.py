@@ -182,3 +182,68 @@ def test_two_agents_train_with_stages_laid_off_a_slow_link(tmp_path):
     assert "stages laid on nodes 0,2 | 1,3" in ParallelPlan.load(tmp_path / "slow" / "out" / "plan.json").explain()
     assert "different hosts" not in said
     assert len(slow_losses) == 3 and slow_losses == pytest.approx(fast_losses, rel=1e-5), (slow_losses, fast_losses)
+
+
+ELASTIC = """model = "gpt-tiny"
+batch = 8
+seq = 32
+steps = 30
+lr = 3e-3
+out = "out"
+checkpoint_dir = "ckpt"
+checkpoint_every = 2
+"""
+
+
+@pytest.mark.slow
+def test_a_job_that_loses_a_rank_resumes_on_the_rest(tmp_path):
+    """Elastic resume: a world-4 ``galvatron-fx train`` checkpointing every 2 steps loses a rank
+    (SIGKILL) mid-run; the same command at world 2 re-plans for 2 devices, loads the last
+    checkpoint under its plan and finishes, its losses those of an uninterrupted world-2 run
+    from the resumed step on (fp32: within float rounding of two plans' sums)."""
+    import signal
+    import time
+
+    job, ref = tmp_path / "job", tmp_path / "ref"
+    job.mkdir(), ref.mkdir()
+    for d in (job, ref):
+        (d / "run.toml").write_text(ELASTIC)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+           "-m", "galvatron_fx.cli", "train", "--config", "run.toml"]
+    four = subprocess.Popen(cmd, cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    metrics = job / "out" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and four.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 7:
+                break
+            time.sleep(0.05)
+        assert four.poll() is None, "the world-4 job ended before a rank could be lost: " + four.stderr.read()[-3000:]
+        workers = subprocess.run(["ps", "-o", "pid=", "--ppid", str(four.pid)], capture_output=True, text=True)
+        pids = [int(p) for p in workers.stdout.split()]
+        assert len(pids) == 4, workers.stdout
+        os.kill(pids[-1], signal.SIGKILL)  # a rank is lost
+        _, err = four.communicate(timeout=600)
+    finally:
+        if four.poll() is None:
+            four.kill()
+    assert four.returncode != 0
+    lost_at = len(metrics.read_text().splitlines())
+    assert lost_at < 30, "the job finished before the rank was lost"
+    resumed = _torchrun(job, "--config", "run.toml")  # the same command, 2 processes
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    said = [l for l in resumed.stderr.splitlines() if l.startswith("resumed from")]
+    assert said, resumed.stderr[-3000:]
+    start = int(said[0].rsplit(" ", 1)[1])
+    assert 2 <= start <= lost_at and start % 2 == 0
+    plan = json.loads((job / "out" / "plan.json").read_text())
+    assert plan["world_size"] == 2
+    assert _torchrun(ref, "--config", "run.toml").returncode == 0
+    by_step = {}
+    for line in metrics.read_text().splitlines():  # the resumed run's lines come last
+        by_step[json.loads(line)["step"]] = json.loads(line)["loss"]
+    want = {json.loads(l)["step"]: json.loads(l)["loss"] for l in (ref / "out" / "metrics.jsonl").read_text().splitlines()}
+    assert sorted(by_step) == list(range(1, 31))
+    after = [s for s in range(start + 1, 31)]
+    assert [by_step[s] for s in after] == pytest.approx([want[s] for s in after], rel=1e-4, abs=1e-5)
