@@ -24,6 +24,13 @@ Algorithm
     (others fill the remaining places in order) when there are at most 50,000, else by pairwise
     swaps from the node-major order. Without slow links, or without whole nodes per stage, the
     stages are contiguous blocks of ranks (node-major).
+
+    Heterogeneous clusters (nodes of several device kinds, ``Cluster.node_kinds``), without slow
+    links: each stage of whole nodes takes nodes of one kind where a runnable layout allows it —
+    the nodes grouped by kind (kinds in order of their first node, nodes ascending within a kind)
+    and cut into ``pp`` equal groups; where that leaves a stage on two kinds or cannot run
+    (:func:`runnable`), the contiguous blocks, whose stages spanning kinds the planner prices by
+    their slowest member and smallest memory. Slow links take precedence over kinds.
 """
 
 from __future__ import annotations
@@ -87,10 +94,26 @@ def stage_ranks(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
     slow links and whole nodes per stage (``pp`` dividing the nodes) leave a choice (module doc);
     then each stage's nodes' ranks, node by node."""
     n, dpn, k = cluster.num_nodes, cluster.devices_per_node, cluster.world_size // pp
+    if not cluster.slow_links and pp < n and n % pp == 0 and len(set(cluster.node_kinds)) > 1:
+        groups = _by_kind(cluster.node_kinds, pp)
+        if groups is not None:
+            return tuple(tuple(r for node in g for r in range(node * dpn, (node + 1) * dpn)) for g in groups)
     if not cluster.slow_links or pp >= n or n % pp:
         return tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
     groups = _best_partition(n, pp, cluster.slow_links)
     return tuple(tuple(r for node in g for r in range(node * dpn, (node + 1) * dpn)) for g in groups)
+
+
+def _by_kind(kinds: Sequence[str], pp: int) -> tuple[tuple[int, ...], ...] | None:
+    """Nodes grouped by device kind and cut into ``pp`` equal stages, in pipeline order (module
+    doc), when each stage then holds one kind and the pipeline can run it; else None."""
+    first = {k: kinds.index(k) for k in kinds}
+    order = sorted(range(len(kinds)), key=lambda i: (first[kinds[i]], i))
+    k = len(kinds) // pp
+    groups = sorted(tuple(sorted(order[s * k:(s + 1) * k])) for s in range(pp))
+    if any(len({kinds[i] for i in g}) > 1 for g in groups) or not runnable(groups):
+        return None
+    return tuple(groups)
 
 
 def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:

@@ -38,7 +38,9 @@ allocates them outside PyTorch's caching allocator, one set per process group a 
 the caching allocator's reserve and fragmentation above the tensor peak, a factor on it. These
 are a device spec's ``context_bytes``, ``comm_buffer_bytes`` and ``allocator_factor`` (0, 0, 1 on
 CPUs); a plan's memory budget is what the device may show, so the search holds the tensors to
-:func:`tensor_budget_bytes`.
+:func:`tensor_budget_bytes`. On a heterogeneous cluster (nodes of several device kinds) the
+budget caps every device and each device gets at most its own memory
+(:func:`device_budget_bytes`): a stage is held to the smallest of its devices'.
 
 Which parameters a layer is charged for: ``LayerCosts.num_params`` counts every parameter *and
 buffer* the layer reads, so Llama's rotary tables count as parameters. Pass ``params`` — the
@@ -68,6 +70,7 @@ runtime keeps, as measured:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from galvatron_fx.cluster import Cluster, DeviceSpec
@@ -252,12 +255,33 @@ def reserved_bytes(tensor_peak: int, device: DeviceSpec, communicators: int) -> 
                + device.allocator_factor * tensor_peak)
 
 
-def tensor_budget_bytes(budget: int, cluster: Cluster, communicators: int = BUDGET_COMMUNICATORS) -> int:
-    """The tensor peak whose :func:`reserved_bytes` stays within ``budget`` on every device kind
-    of ``cluster`` (0 when the fixed terms alone exceed it)."""
-    out = budget
-    for kind in set(cluster.node_kinds):
+def _kinds(cluster: Cluster, ranks: Iterable[int] | None) -> set[str]:
+    """The device kinds of ``ranks`` (None: every rank)."""
+    if ranks is None:
+        return set(cluster.node_kinds)
+    return {cluster.node_kinds[cluster.node_of(r)] for r in ranks}
+
+
+def device_budget_bytes(budget: int, cluster: Cluster, ranks: Iterable[int] | None = None) -> int:
+    """What a device of ``ranks`` (None: any rank) may show in use under ``budget``: the budget
+    itself on a cluster of one device kind (taken as given, also above the device's memory: a
+    "what if" of a larger device); on a heterogeneous cluster the smallest, over the kinds of
+    ``ranks``, of the budget and the device's own memory."""
+    if not cluster.is_heterogeneous:
+        return budget
+    return min(min(budget, cluster.device_specs[k].memory_bytes) for k in _kinds(cluster, ranks))
+
+
+def tensor_budget_bytes(budget: int, cluster: Cluster, communicators: int = BUDGET_COMMUNICATORS, *,
+                        ranks: Iterable[int] | None = None) -> int:
+    """The tensor peak whose :func:`reserved_bytes` stays within the device budget
+    (:func:`device_budget_bytes`) on every device kind of ``ranks`` (None: of ``cluster``)
+    (0 when the fixed terms alone exceed it)."""
+    ranks = None if ranks is None else list(ranks)
+    out = device_budget_bytes(budget, cluster, ranks)
+    for kind in _kinds(cluster, ranks):
         d = cluster.device_specs[kind]
         fixed = d.context_bytes + d.comm_buffer_bytes * communicators
-        out = min(out, int(max(0, budget - fixed) / d.allocator_factor))
+        own = device_budget_bytes(budget, cluster, [cluster.node_kinds.index(kind) * cluster.devices_per_node])
+        out = min(out, int(max(0, own - fixed) / d.allocator_factor))
     return max(1, out)

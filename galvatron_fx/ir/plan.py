@@ -40,7 +40,8 @@ Units
 JSON (schema_version 1)
     ``{"schema_version", "model", "graph_hash", "cluster_hash", "world_size", "pp",
     "num_microbatches", "schedule", "virtual_stages", "global_batch_size", "micro_batch_size",
-    "stage_boundaries": [int], "stage_ranks": [[int]], "precision",
+    "stage_boundaries": [int], "stage_ranks": [[int]], "stage_devices": [str] (optional: the device
+    kind of each stage on a heterogeneous cluster), "precision",
     "layers": [{"name", "kind", "role", "stage", "dp", "strategy": {"tp", "sp", "dp_type",
     "recompute"}, "placements": {node: str}, "predicted": {"fwd_s", "bwd_s", "comm_s",
     "transition_s", "memory_bytes", "memory_breakdown"}, "alternatives": [{"strategy", "predicted",
@@ -48,7 +49,8 @@ JSON (schema_version 1)
     the ops reading them, by name within the layer)}],
     "predicted": {"step_time_s", "throughput_samples_s", "peak_memory_bytes": [int per stage],
     "memory_budget_bytes", "bubble_fraction", "breakdown": {str: float},
-    "reserved_peak_bytes": [int per stage] (optional)},
+    "reserved_peak_bytes": [int per stage] (optional), "stage_budget_bytes": [int per stage]
+    (optional: each stage's device budget on a heterogeneous cluster)},
     "solver_stats": {"search_s", ...}, "baseline": {"name", "step_time_s"} | null, "notes": [str],
     "cluster": {the cluster's JSON} (optional), "graph": {"params": [[name, shape, dtype]],
     "inputs": [[shape past the batch, dtype]]} (optional), "grad_comm": {"reduce_dtype",
@@ -133,6 +135,9 @@ class ParallelPlan:
     micro_batch_size: int
     stage_boundaries: tuple[int, ...]
     stage_ranks: tuple[tuple[int, ...], ...]
+    # heterogeneous clusters: the device kind each stage runs on ("A+B" where it spans kinds);
+    # empty on clusters of one kind and in plans written before it was recorded
+    stage_devices: tuple[str, ...] = ()
     precision: str = "fp32"
     layers: tuple[LayerPlan, ...]
     predicted: PlanPrediction
@@ -147,6 +152,7 @@ class ParallelPlan:
         set_ = object.__setattr__
         set_(self, "stage_boundaries", tuple(self.stage_boundaries))
         set_(self, "stage_ranks", tuple(tuple(r) for r in self.stage_ranks))
+        set_(self, "stage_devices", tuple(self.stage_devices))
         set_(self, "layers", tuple(self.layers))
         set_(self, "solver_stats", dict(self.solver_stats))
         set_(self, "baseline", None if self.baseline is None else dict(self.baseline))
@@ -186,7 +192,9 @@ class ParallelPlan:
             "num_microbatches": self.num_microbatches, "schedule": self.schedule,
             "virtual_stages": self.virtual_stages, "global_batch_size": self.global_batch_size,
             "micro_batch_size": self.micro_batch_size, "stage_boundaries": list(self.stage_boundaries),
-            "stage_ranks": [list(r) for r in self.stage_ranks], "precision": self.precision,
+            "stage_ranks": [list(r) for r in self.stage_ranks],
+            **({"stage_devices": list(self.stage_devices)} if self.stage_devices else {}),
+            "precision": self.precision,
             "layers": [lp.to_dict() for lp in self.layers], "predicted": self.predicted.to_dict(),
             "solver_stats": dict(self.solver_stats),
             "baseline": None if self.baseline is None else dict(self.baseline),

@@ -160,6 +160,14 @@ class PlanPrediction:
     host_memory_bytes: tuple[int, ...] = ()
     host_node_bytes: tuple[int, ...] = ()
     host_budget_bytes: int | None = None
+    # heterogeneous clusters (empty otherwise, and in plans written before): per stage, what its
+    # devices may show in use — the budget capping each device's own memory, the smallest of a
+    # stage spanning kinds (cost_models.memory.device_budget_bytes)
+    stage_budget_bytes: tuple[int, ...] = ()
+
+    def budget_of(self, stage: int) -> int:
+        """The device budget of ``stage``: its own where recorded, else the plan's."""
+        return self.stage_budget_bytes[stage] if self.stage_budget_bytes else self.memory_budget_bytes
 
     @property
     def device_peak_bytes(self) -> tuple[int, ...]:
@@ -173,6 +181,7 @@ class PlanPrediction:
         object.__setattr__(self, "compute_density", tuple(self.compute_density))
         object.__setattr__(self, "host_memory_bytes", tuple(self.host_memory_bytes))
         object.__setattr__(self, "host_node_bytes", tuple(self.host_node_bytes))
+        object.__setattr__(self, "stage_budget_bytes", tuple(self.stage_budget_bytes))
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
@@ -187,4 +196,5 @@ class PlanPrediction:
                 **({"compute_density": list(self.compute_density)} if self.compute_density else {}),
                 **({"host_memory_bytes": list(self.host_memory_bytes)} if self.host_memory_bytes else {}),
                 **({"host_node_bytes": list(self.host_node_bytes)} if self.host_node_bytes else {}),
-                **({"host_budget_bytes": self.host_budget_bytes} if self.host_budget_bytes is not None else {})}
+                **({"host_budget_bytes": self.host_budget_bytes} if self.host_budget_bytes is not None else {}),
+                **({"stage_budget_bytes": list(self.stage_budget_bytes)} if self.stage_budget_bytes else {})}

@@ -13,8 +13,8 @@ Terms
 Algorithm
     ``diff_dict`` compares the plans' JSON forms field by field (top-level fields, then layers by
     name, then predictions); ``diff`` renders that as a table. ``explain`` groups layers into runs,
-    then lists stages with their ranks and peak memory against the budget, predictions, the
-    baseline and solver statistics.
+    then lists stages with their ranks (and, on a heterogeneous cluster, device kind and own
+    budget) and peak memory against the budget, predictions, the baseline and solver statistics.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
             f"{mean('fwd_s') * 1e3:.2f}", f"{mean('bwd_s') * 1e3:.2f}",
             f"{mean('comm_s') * 1e3:.2f}", f"{mean('transition_s') * 1e3:.2f}",
             f"{sum(lp.predicted.total_s for lp in run) * 1e3:.2f}",
-            f"{fmt_bytes(mem)} ({_pct(mem, budget)})",
+            f"{fmt_bytes(mem)} ({_pct(mem, p.budget_of(first.stage))})",
         ])
     out.append(f"per layer (ms per step on one rank; memory per rank, % of the {fmt_bytes(budget)} budget):")
     out.append(format_table(
@@ -266,11 +266,12 @@ def _explain_plan(plan: ParallelPlan) -> str:
         mine = [c for i, c in enumerate(chunks) if plan.stage_of_chunk(i) == s]
         spans = ", ".join(f"layers {c.start}–{c.stop - 1} ({plan.layers[c.start].name} … "
                           f"{plan.layers[c.stop - 1].name})" for c in mine)
-        peak, shown = p.peak_memory_bytes[s], p.device_peak_bytes[s]
-        flag = "  OVER BUDGET" if shown > budget else ""
+        peak, shown, own = p.peak_memory_bytes[s], p.device_peak_bytes[s], p.budget_of(s)
+        flag = "  OVER BUDGET" if shown > own else ""
         tensors = f"tensors {fmt_bytes(peak)}, device {fmt_bytes(shown)}" if p.reserved_peak_bytes else fmt_bytes(peak)
-        out.append(f"  stage {s}: ranks {_ranks(ranks)} ({len(ranks)} devices); {spans}; "
-                   f"peak {tensors} / {fmt_bytes(budget)} budget ({_pct(shown, budget)}){flag}")
+        device = f" on {plan.stage_devices[s]}" if plan.stage_devices else ""
+        out.append(f"  stage {s}: ranks {_ranks(ranks)} ({len(ranks)} devices{device}); {spans}; "
+                   f"peak {tensors} / {fmt_bytes(own)} budget ({_pct(shown, own)}){flag}")
     out += layout_lines(plan)
     # ---- predictions
     out += ["", "predicted:",
@@ -278,7 +279,8 @@ def _explain_plan(plan: ParallelPlan) -> str:
             f"bubble {p.bubble_fraction * 100:.1f}%",
             "  peak memory per stage: " + ", ".join(
                 f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.peak_memory_bytes)
-            + f" of {fmt_bytes(budget)} budget"]
+            + (f" of {fmt_bytes(budget)} budget" if not p.stage_budget_bytes else
+               " of their devices' budgets " + ", ".join(map(fmt_bytes, p.stage_budget_bytes)))]
     if p.reserved_peak_bytes and p.reserved_peak_bytes != p.peak_memory_bytes:
         out.append("  device in use at the peak (context, communicator buffers, allocator reserve): "
                    + ", ".join(f"{fmt_bytes(m)} ({_pct(m, budget)})" for m in p.reserved_peak_bytes))
@@ -342,11 +344,12 @@ def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrate
     alts = list(lp.alternatives)
     if alternative is not None:
         alts = [_find_alternative(lp, alternative)]
-    budget = plan.predicted.memory_budget_bytes
-    held = plan.predicted.tensor_budget_bytes
+    budget = plan.predicted.budget_of(lp.stage)
+    held = plan.predicted.tensor_budget_bytes if not plan.predicted.stage_budget_bytes else None
     ranks = plan.stage_ranks[lp.stage]
+    device = f" ({plan.stage_devices[lp.stage]})" if plan.stage_devices else ""
     out = [
-        f"layer {lp.name} ({lp.role}, kind {lp.kind[:12]}), stage {lp.stage} on ranks {_ranks(ranks)}",
+        f"layer {lp.name} ({lp.role}, kind {lp.kind[:12]}), stage {lp.stage} on ranks {_ranks(ranks)}{device}",
         f"chosen: {lp.strategy.short()} (dp{lp.dp} × tp{lp.strategy.tp}); memory budget {fmt_bytes(budget)} per rank"
         + (f", of which the search holds each stage's tensors to {fmt_bytes(held)} (the rest: the runtime's "
            "context, communicator buffers and allocator reserve)" if held is not None else ""),
@@ -360,7 +363,9 @@ def _explain_layer(plan: ParallelPlan, name: str, alternative: str | LayerStrate
     # one strategy at two boundary layouts (a head handing on whole or vocab-sharded logits)
     for a in alts:
         why = a.reason
-        if a.predicted.stage_bytes is not None:  # recorded: the verdict of the numbers printed
+        # recorded: the verdict of the numbers printed (a heterogeneous plan's stages have budgets
+        # of their own, which it does not record: the search's verdict stands)
+        if a.predicted.stage_bytes is not None and not plan.predicted.stage_budget_bytes:
             why = verdict(lp.predicted, out_chosen, a.predicted, a.transition_out_s, held)
         cols.append((a.strategy.short() + (f" ({a.layout})" if a.layout and labels.count(a.strategy.short()) > 1
                                            else ""), a.predicted, a.transition_out_s, why))

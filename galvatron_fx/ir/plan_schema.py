@@ -133,6 +133,12 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
     missing = sorted(set(range(plan.world_size)) - set(seen))
     if missing:
         pr.append(("stage_ranks", f"leaves ranks {_ranks(missing)} of world size {plan.world_size} unused"))
+    # stage devices (heterogeneous clusters; optional): one device kind name per stage
+    if plan.stage_devices and len(plan.stage_devices) != pp:
+        pr.append(("stage_devices", f"has {len(plan.stage_devices)} entries, expected one per stage ({pp})"))
+    for s, kind in enumerate(plan.stage_devices):
+        if not isinstance(kind, str) or not kind:
+            pr.append((f"stage_devices[{s}]", f"= {kind!r} must name the stage's device kind"))
     # layers
     chunk_of = [0] * n
     if not any(f.startswith("stage_boundaries") for f, _ in pr):
@@ -189,6 +195,9 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
                    ("bubble_fraction", _FRACTION), ("memory_budget_bytes", limits.BYTES)):
         if (problem := rng.problem(getattr(pd, f))) is not None:
             pr.append((f"predicted.{f}", problem))
+    if pd.stage_budget_bytes and len(pd.stage_budget_bytes) != pp:
+        pr.append(("predicted.stage_budget_bytes",
+                   f"has {len(pd.stage_budget_bytes)} entries, expected one per stage ({pp})"))
     if pd.reserved_peak_bytes and len(pd.reserved_peak_bytes) != pp:
         pr.append(("predicted.reserved_peak_bytes",
                    f"has {len(pd.reserved_peak_bytes)} entries, expected one per stage ({pp})"))
@@ -254,7 +263,7 @@ class _FieldError(Exception):
 _TOP_KEYS = ("schema_version", "model", "graph_hash", "cluster_hash", "world_size", "pp", "num_microbatches",
              "schedule", "virtual_stages", "global_batch_size", "micro_batch_size", "stage_boundaries",
              "stage_ranks", "precision", "layers", "predicted", "solver_stats", "baseline", "notes")
-_OPTIONAL_TOP_KEYS = ("cluster", "graph", "grad_comm")
+_OPTIONAL_TOP_KEYS = ("cluster", "graph", "grad_comm", "stage_devices")
 _LAYER_KEYS = ("name", "kind", "role", "stage", "dp", "strategy", "placements", "predicted", "alternatives")
 _LPRED_KEYS = ("fwd_s", "bwd_s", "comm_s", "transition_s", "memory_bytes", "memory_breakdown")
 _PRED_KEYS = ("step_time_s", "throughput_samples_s", "peak_memory_bytes", "memory_budget_bytes",
@@ -395,12 +404,13 @@ def _parse_plan(data: Any) -> dict[str, Any]:
         raise _FieldError("schema_version", f"is {data['schema_version']!r}; this galvatron_fx reads plans of "
                                             f"schema {SCHEMA_VERSION}")
     d = _obj(data, "", _TOP_KEYS, optional=_OPTIONAL_TOP_KEYS)
-    for key in _OPTIONAL_TOP_KEYS:
+    for key in ("cluster", "graph", "grad_comm"):
         if d.get(key) is not None and not isinstance(d[key], dict):
             raise _FieldError(key, f"must be a JSON object or absent, got {_jtype(d[key])}")
     pd = _obj(d["predicted"], "predicted", _PRED_KEYS, optional=("reserved_peak_bytes", "tensor_budget_bytes", "model_flops", "peak_flops", "mfu",
                                                                  "compute_density", "host_memory_bytes",
-                                                                 "host_node_bytes", "host_budget_bytes"))
+                                                                 "host_node_bytes", "host_budget_bytes",
+                                                                 "stage_budget_bytes"))
     baseline = d["baseline"]
     if baseline is not None:
         baseline = _obj(baseline, "baseline", ("name", "step_time_s"))
@@ -424,6 +434,8 @@ def _parse_plan(data: Any) -> dict[str, Any]:
         "stage_ranks": tuple(tuple(_int(r, f"stage_ranks[{s}][{k}]", lo=0, rng=_INDEX)
                                    for k, r in enumerate(_list(g, f"stage_ranks[{s}]")))
                              for s, g in enumerate(_list(d["stage_ranks"], "stage_ranks"))),
+        "stage_devices": tuple(_str(x, f"stage_devices[{s}]")
+                               for s, x in enumerate(_list(d.get("stage_devices", []), "stage_devices"))),
         "precision": _str(d["precision"], "precision", PRECISIONS),
         "layers": tuple(_parse_layer(x, f"layers[{i}]") for i, x in enumerate(_list(d["layers"], "layers"))),
         "predicted": PlanPrediction(
@@ -451,6 +463,8 @@ def _parse_plan(data: Any) -> dict[str, Any]:
                                   enumerate(_list(pd.get("host_node_bytes", []), "predicted.host_node_bytes"))),
             host_budget_bytes=None if pd.get("host_budget_bytes") is None else _int(
                 pd["host_budget_bytes"], "predicted.host_budget_bytes", lo=0, rng=limits.BYTES),
+            stage_budget_bytes=tuple(_int(x, f"predicted.stage_budget_bytes[{s}]", lo=1, rng=limits.BYTES) for s, x in
+                                     enumerate(_list(pd.get("stage_budget_bytes", []), "predicted.stage_budget_bytes"))),
         ),
         "solver_stats": dict(d["solver_stats"]),
         "baseline": baseline,

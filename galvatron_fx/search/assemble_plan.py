@@ -29,6 +29,7 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.memory import (
     LayerMemory,
+    device_budget_bytes,
     reserved_bytes,
     stage_host_bytes,
     stage_peak_bytes,
@@ -86,6 +87,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
     """The plan of the search's best candidate (``host_budget``: the host memory per node the
     search held offloaded layers to; default the devices' host memory)."""
     devices = cluster.world_size // best.pp
+    stage_ranks = best.stage_ranks or tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp))
     layer_plans: list[LayerPlan] = []
     peaks = []
     for r in range(best.pp):  # a rank runs stage r: one chunk, or several under interleaving
@@ -93,10 +95,15 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         peaks.append(stage_peak_bytes([x for st in sts for x in shared_tied_memory(mg, cm, st)],
                                       [st.in_flight for st in sts for _ in st.choices],
                                       grads_held=best.m > 1 or best.pp > 1))
-    # what each stage's device shows: its tensors and the fixed terms (cost_models.memory)
-    reserved = [reserved_bytes(peak, cluster.device(r * devices), plan_communicators(best.stages[r::best.pp], best.pp))
+    # what each stage's device shows: its tensors and the fixed terms (cost_models.memory); a
+    # stage spanning device kinds, the most any of them shows
+    reserved = [max(reserved_bytes(peak, cluster.device_specs[k], plan_communicators(best.stages[r::best.pp], best.pp))
+                    for k in _stage_kinds(cluster, stage_ranks[r]))
                 for r, peak in enumerate(peaks)]
     tensor_budget = tensor_budget_bytes(budget, cluster)
+    # per stage (heterogeneous clusters: each its own devices' budget, module doc of outer_search)
+    stage_budgets = [device_budget_bytes(budget, cluster, ranks) for ranks in stage_ranks]
+    stage_tensor_budgets = [tensor_budget_bytes(budget, cluster, ranks=ranks) for ranks in stage_ranks]
     # what the stage DPs held each rank to (every gradient and the largest temporary added up):
     # the measure alternatives are refused by
     searched = [sum(x.mem_bytes(st.in_flight) for st in best.stages[r::best.pp] for x in st.choices)
@@ -111,7 +118,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
             x = st.choices[j]
             pred = _prediction(x, best.m, st.in_flight, st.trans_s[j], temp_here=x.memory.temp_bytes,
                                stage_bytes=stage_mem)
-            alts = _alternatives(st, j, best.m, tensor_budget, stage_mem, on_rank, offset + j)
+            alts = _alternatives(st, j, best.m, stage_tensor_budgets[c % best.pp], stage_mem, on_rank, offset + j)
             layer_plans.append(LayerPlan(
                 name=layer.name, kind=layer.kind, role=layer.role, stage=c % best.pp, strategy=x.strategy, dp=x.dp,
                 placements=dict(x.option.placements) if x.option is not None else {},
@@ -128,15 +135,17 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
         pp=best.pp, num_microbatches=best.m, schedule=best.schedule, virtual_stages=best.virtual_stages,
         global_batch_size=samples * best.m, micro_batch_size=samples // max_dp,
         stage_boundaries=tuple(st.layers.start for st in best.stages),
-        stage_ranks=best.stage_ranks or tuple(tuple(range(s * devices, (s + 1) * devices)) for s in range(best.pp)),
+        stage_ranks=stage_ranks,
+        stage_devices=tuple(stage_device(cluster, ranks) for ranks in stage_ranks) if cluster.is_heterogeneous else (),
         precision=precision, layers=tuple(layer_plans),
         predicted=PlanPrediction(step_time_s=best.step_time_s,
                                  throughput_samples_s=samples * best.m / best.step_time_s,
                                  peak_memory_bytes=tuple(peaks), memory_budget_bytes=budget,
                                  reserved_peak_bytes=tuple(reserved), tensor_budget_bytes=tensor_budget,
                                  bubble_fraction=best.bubble_fraction, breakdown=best.breakdown,
-                                 model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density, **host),
-        solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, budget)),
+                                 model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density,
+                                 stage_budget_bytes=tuple(stage_budgets) if cluster.is_heterogeneous else (), **host),
+        solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, stage_budgets)),
     )
     return plan
 
@@ -181,12 +190,24 @@ def _efficiency(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidat
     return flops, peak, (flops / (step * peak) if step > 0 and peak > 0 else None), density
 
 
-def _over_budget_notes(reserved: list[int], budget: int) -> list[str]:
-    """A note per stage whose device peak exceeds the budget: the search allowed for
+def _over_budget_notes(reserved: list[int], budgets: list[int]) -> list[str]:
+    """A note per stage whose device peak exceeds its budget: the search allowed for
     ``BUDGET_COMMUNICATORS`` process groups per rank, and the plan's layers use more."""
-    return [f"stage {s}: the device is predicted to hold {fmt_bytes(r)}, over the {fmt_bytes(budget)} budget, "
+    return [f"stage {s}: the device is predicted to hold {fmt_bytes(r)}, over the {fmt_bytes(b)} budget, "
             f"because its layers use more process groups than the search allowed for (each holds communicator "
-            f"buffers); cap the search's degrees or lower the budget" for s, r in enumerate(reserved) if r > budget]
+            f"buffers); cap the search's degrees or lower the budget"
+            for s, (r, b) in enumerate(zip(reserved, budgets)) if r > b]
+
+
+def _stage_kinds(cluster: Cluster, ranks) -> list[str]:
+    """The device kinds of a stage's ranks, in rank order."""
+    return list(dict.fromkeys(cluster.node_kinds[cluster.node_of(r)] for r in ranks))
+
+
+def stage_device(cluster: Cluster, ranks) -> str:
+    """The device kind a stage runs on (``ParallelPlan.stage_devices``): its kind, or its kinds
+    joined by ``+`` where it spans several (priced by the slowest, held to the smallest)."""
+    return "+".join(_stage_kinds(cluster, ranks))
 
 
 def plan_communicators(chunks, pp: int) -> int:

@@ -13,7 +13,9 @@ Terms (per rank of the stage, ``D`` devices, a layer with tensor-parallel degree
 replica sees ``s / dp``):
 - *compute*: the layer's forward and backward from the compute model at ``s / dp`` samples,
   times the share of its work one tensor-parallel rank does (from the ILP), plus the backward's
-  recomputation;
+  recomputation; on the stage's device (``ranks``), or where the stage spans device kinds of a
+  heterogeneous cluster on its slowest member's, which its data-parallel groups wait for (the
+  optimizer step and CPU offload likewise on that device);
 - *tp comm*: the collectives inside the layer, each priced at its bytes for ``s / dp`` samples
   (a parameter's gradient at its own size): the ILP's redistributions, or — when the cost model
   sets ``traces_runtime`` — those the layer's lowered program issues forward and backward
@@ -381,7 +383,8 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     grad_bytes = sum(w[1] + w[2] + w[3] for w in wires)
     # PowerSGD's error feedback keeps one more fp32 copy of each compressed gradient, and its Q
     feedback_bytes = sum(w[0] + w[3] for w in wires if w[2] > 0)
-    fwd0, bwd0 = cm.layer_times_s(mg, layer, batch_fraction=frac)
+    # a stage spanning device kinds runs at its slowest member's pace (data parallelism waits for it)
+    rank, (fwd0, bwd0) = _slowest(cm, mg, layer, frac, ranks)
     dp_ranks = list(ranks[::tp])[:dp]
     tp_ranks = list(range(tp))
     saved = layer.costs.activation_bytes
@@ -389,13 +392,13 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     numel = sum(p.numel for p in params)
     # CPU offload: where the space allows it, the device has host memory beside its own and the
     # layer has parameters to move (the outer search offers these choices only when memory forces it)
-    device = cm.cluster.device(ranks[0]) if hasattr(cm, "cluster") else None
+    device = cm.cluster.device(rank or (ranks[0] if ranks else 0)) if hasattr(cm, "cluster") else None
     offloads = tuple(o for o in space.offload
                      if not o or (numel > 0 and device is not None and can_offload(device))) or (False,)
     # a loss has nothing worth recomputing: it always keeps its activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS else space.recompute
     for rc in rcs:
-        _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc) if rc != Recompute.NONE \
+        _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc, **_at(rank)) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share
         trace = lowered
@@ -435,7 +438,8 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
             else:
                 share_s = _bucket_share_s(cm, wires, dp_ranks)
                 dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
-            optim = off.exposed_s if off else _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded)
+            optim = off.exposed_s if off else _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded,
+                                                           rank=rank)
             out.append(LayerChoice(
                 strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,
                 dp_comm_s=dp_comm, memory=mem,
@@ -470,9 +474,31 @@ def _comm_s(cm: CostModel, events, frac: float, ranks: list[int], *, again_fwd: 
     return total
 
 
-def _optimizer_s(cm: CostModel, numel: int, tensors: int, *, dtensor: bool) -> float:
+def _optimizer_s(cm: CostModel, numel: int, tensors: int, *, dtensor: bool, rank: int = 0) -> float:
     step = getattr(cm, "optimizer_step_s", None)  # optional for cost models written before it
-    return step(numel, tensors, dtensor=dtensor) if step is not None and tensors > 0 else 0.0
+    if step is None or tensors <= 0:
+        return 0.0
+    return step(numel, tensors, dtensor=dtensor, **_at(rank))
+
+
+def _at(rank: int) -> dict:
+    """``rank=`` for a cost model's call where it is not rank 0 (the default, which cost models
+    written for clusters of one kind may not take as an argument)."""
+    return {"rank": rank} if rank else {}
+
+
+def _slowest(cm: CostModel, mg: ModelGraph, layer: LayerInfo, frac: float, ranks: Sequence[int]
+             ) -> tuple[int, tuple[float, float]]:
+    """The rank of ``ranks`` whose device runs ``layer`` slowest, and its (forward, backward)
+    seconds: one rank per device kind is asked (a cluster of one kind: the first rank only)."""
+    cluster = getattr(cm, "cluster", None)
+    if cluster is None or not cluster.is_heterogeneous or not ranks:  # every device alike: rank 0's
+        return 0, cm.layer_times_s(mg, layer, batch_fraction=frac)
+    reps: dict[str, int] = {}
+    for r in ranks:
+        reps.setdefault(cluster.device(r).kind, r)
+    timed = [(r, cm.layer_times_s(mg, layer, batch_fraction=frac, rank=r)) for r in reps.values()]
+    return max(timed, key=lambda x: sum(x[1]))
 
 
 def _or_replicated(out, mg, layer, cache, space, *, devices, ranks, samples, num_microbatches, captured_batch,

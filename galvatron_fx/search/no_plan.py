@@ -40,7 +40,15 @@ def _why_none(search: _Search, points: list) -> str:
     if search.rejected and not math.isfinite(search.smallest_need):
         return _indivisible(search)
     need = search.smallest_need
-    if search.budget < search.device_budget:  # the device budget less the runtime's fixed reserve
+    if getattr(search, "hetero", False):  # each stage within its own devices' memory
+        kinds = sorted(set(search.cluster.node_kinds))
+        where = (f"{fmt_bytes(search.budget)} of tensors per device on the smallest device (each stage is held to "
+                 "its own devices' memory" + (f" under the {fmt_bytes(search.device_budget)} budget" if
+                                              search.device_budget < max(search.cluster.device_specs[k].memory_bytes
+                                                                         for k in kinds) else "")
+                 + ": " + ", ".join(f"{k} {fmt_bytes(search.cluster.device_specs[k].memory_bytes)}" for k in kinds)
+                 + ", less the runtime's fixed reserve)")
+    elif search.budget < search.device_budget:  # the device budget less the runtime's fixed reserve
         where = (f"{fmt_bytes(search.budget)} of tensors per device (the {fmt_bytes(search.device_budget)} budget "
                  "less the runtime's CUDA context, communicator buffers and allocator reserve"
                  + ("; these alone take all of it: raise the budget" if search.budget <= 1 else "") + ")")

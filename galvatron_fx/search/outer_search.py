@@ -31,6 +31,18 @@ micro-batch and no pipeline the gradients only appear as the backward frees acti
 
 Stages sit on whole nodes laid off slow links (:func:`galvatron_fx.topology.stage_ranks`); with
 slow links each stage is priced on its own ranks, else every stage on the first one's shape.
+
+Heterogeneous clusters (nodes of several device kinds): stages lie on whole nodes of one kind
+where the world allows (:func:`~galvatron_fx.topology.stage_ranks`), and every stage is priced on
+its own ranks — compute at its device's speed (a stage spanning kinds at its slowest member's,
+whose pace its data-parallel groups keep), memory within its device's budget
+(:func:`~galvatron_fx.cost_models.memory.tensor_budget_bytes` of its ranks: the user's budget
+capping each device's own memory; a stage spanning kinds gets its smallest). Step 2 then balances
+each stage's own fastest times within its own memory (:func:`_min_max_split`, an exact DP over
+contiguous splits, ``O(pp · n²)`` vectorised, keeping each stage's layers' least memories within
+its budget where any split can: faster or bigger stages take more layers), step 4 climbs on the
+same per-stage prices, and the lower bound takes each layer on its fastest kind. Clusters of one
+kind take none of this path (their plans and search times are as before).
 """
 
 from __future__ import annotations
@@ -97,7 +109,10 @@ class _Search:
         self.microbatches = microbatches
         # the budget is what a device may show in use; the tensors get what its fixed terms leave
         self.global_batch, self.device_budget = global_batch, budget
-        self.budget = budget = tensor_budget_bytes(budget, cluster)
+        self.budget = budget = tensor_budget_bytes(budget, cluster)  # a heterogeneous cluster's smallest
+        # nodes of several device kinds: every stage priced on its own ranks and budget (module doc)
+        self.hetero = cluster.is_heterogeneous
+        self._stage_budget: dict[tuple[int, ...], int] = {}
         self.world = cluster.world_size
         self.dpn = cluster.devices_per_node
         self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
@@ -128,8 +143,17 @@ class _Search:
 
     def ranks_of(self, pp: int, s: int) -> tuple[int, ...] | None:
         """The ranks stage ``s`` is priced on: None (the first stage's shape, ranks 0..D-1) unless
-        slow links make stages differ."""
-        return self.stage_ranks(pp)[s] if self.cluster.slow_links else None
+        slow links or device kinds make stages differ."""
+        return self.stage_ranks(pp)[s] if self.cluster.slow_links or self.hetero else None
+
+    def stage_budget(self, ranks: tuple[int, ...] | None) -> int:
+        """The tensor budget of a stage on ``ranks``: the search's own on a cluster of one kind,
+        else that of the stage's devices (module doc)."""
+        if not self.hetero or ranks is None:
+            return self.budget
+        if ranks not in self._stage_budget:
+            self._stage_budget[ranks] = tensor_budget_bytes(self.device_budget, self.cluster, ranks=ranks)
+        return self._stage_budget[ranks]
 
     def choices(self, i: int, devices: int, samples: int, m: int, ranks: tuple[int, ...] | None = None
                 ) -> list[LayerChoice]:
@@ -233,7 +257,7 @@ class _Search:
                 break
         if not sol.feasible or not offload:
             return all_choices, problem, sol
-        host_budget = self.host_budget // max(1, round(self.budget / max(budget, 1)))  # a rank's chunks share it
+        host_budget = self.host_budget // max(1, round(self.stage_budget(ranks) / max(budget, 1)))  # a rank's chunks share it
         chosen = [all_choices[j][c] for j, c in enumerate(sol.choices)]
         if sum(c.memory.host_bytes for c in chosen) <= host_budget:
             return all_choices, problem, sol
@@ -269,8 +293,9 @@ class _Search:
         chunks = []
         for c in range(pp * v):
             # chunks of one rank share its memory: each is solved within its share of the budget
-            chunks.append(self.stage(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v,
-                                     self.ranks_of(pp, c % pp)))
+            ranks = self.ranks_of(pp, c % pp)
+            chunks.append(self.stage(edges[c], edges[c + 1], devices, samples, m, in_flight[c],
+                                     self.stage_budget(ranks) // v, ranks))
         if any(not st.choices for st in chunks):
             # the least memory this point could need: its hungriest rank, each chunk at its least
             need = max(sum(max(chunks[c].min_mem_bytes, 0) for c in range(r, pp * v, pp)) for r in range(pp))
@@ -365,7 +390,8 @@ class _Search:
                     continue
                 changed = True
                 mem = sum(c.mem_bytes(st.in_flight) for c in new) + max(c.memory.temp_bytes for c in new)
-                if mem > self.budget // v or sum(c.memory.host_bytes for c in new) > self.host_budget // v:
+                if mem > self.stage_budget(self.ranks_of(cand.pp, k % cand.pp)) // v or \
+                        sum(c.memory.host_bytes for c in new) > self.host_budget // v:
                     break
                 chunks.append(_StageResult(st.layers, new, st.trans_s,
                                            sum(c.step_time_s(cand.m) for c in new) + sum(st.trans_s), mem,
@@ -438,12 +464,53 @@ class _Search:
         vals = [m for m in vals if self.global_batch % m == 0]
         return vals[:1] if self.microbatches == "fewest" else vals
 
-    def balanced_bounds(self, pp: int, devices: int, samples: int, m: int) -> list[int] | None:
+    def stage_weights(self, n_chunks: int, devices: int, samples: int, m: int) -> np.ndarray:
+        """``(n_chunks, layers)``: each layer's fastest step time on each chunk's stage (its own
+        ranks and device kind; heterogeneous clusters only)."""
+        pp = self.world // devices
+        rows = {}
+        out = np.empty((n_chunks, len(self.layers)))
+        for c in range(n_chunks):
+            ranks = self.ranks_of(pp, c % pp)
+            if ranks not in rows:
+                rows[ranks] = [min(x.step_time_s(m) for x in self.choices(i, devices, samples, m, ranks))
+                               for i in range(len(self.layers))]
+            out[c] = rows[ranks]
+        return out
+
+    def stage_room(self, devices: int, samples: int, m: int, in_flight: list[int]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``(need, room)``: each layer's least memory on each chunk's stage with that chunk's
+        micro-batches in flight, ``(n_chunks, layers)``, and each chunk's share of its stage's
+        budget — a chunk whose layers' least memories add up beyond it cannot fit (a necessary
+        condition: heterogeneous clusters only)."""
+        n_chunks = len(in_flight)
+        pp, v = self.world // devices, n_chunks // (self.world // devices)
+        need = np.empty((n_chunks, len(self.layers)))
+        room = np.empty(n_chunks)
+        for c in range(n_chunks):
+            ranks = self.ranks_of(pp, c % pp)
+            need[c] = [min(x.mem_bytes(in_flight[c]) for x in self.choices(i, devices, samples, m, ranks))
+                       for i in range(len(self.layers))]
+            room[c] = self.stage_budget(ranks) // v
+        return need, room
+
+    def balanced_bounds(self, pp: int, devices: int, samples: int, m: int,
+                        in_flight: list[int] | None = None) -> list[int] | None:
         """Stage starts minimising the largest stage's fastest time (binary search on the cap,
-        greedy packing — exact for contiguous partitions)."""
+        greedy packing — exact for contiguous partitions). On a heterogeneous cluster each stage
+        at its own speed and, given the chunks' micro-batches ``in_flight``, within its own
+        memory where some split allows (:func:`_min_max_split`)."""
         n = len(self.layers)
         if pp > n:
             return None
+        if self.hetero:
+            w = self.stage_weights(pp, devices, samples, m)
+            if in_flight is not None:
+                bounds = _min_max_split(w, *self.stage_room(devices, samples, m, in_flight))
+                if bounds is not None:
+                    return bounds
+            return _min_max_split(w)
         w = [min(c.step_time_s(m) for c in self.choices(i, devices, samples, m)) for i in range(n)]
 
         def pack(cap: float) -> list[int] | None:
@@ -478,7 +545,8 @@ class _Search:
         devices = self.world // pp
         n_chunks = pp * _virtual(schedule)
         try:
-            bounds = self.balanced_bounds(n_chunks, devices, samples, m)
+            bounds = self.balanced_bounds(n_chunks, devices, samples, m,
+                                          self._in_flight(schedule, pp, m, _virtual(schedule)) if self.hetero else None)
         except NoStrategyError as e:
             self.rejected.append((pp, m, e))
             return None
@@ -489,8 +557,11 @@ class _Search:
         # a memory-blind lower bound: the fastest choices, perfectly balanced; a pipeline step
         # takes at least (m + pp − 1) micro-batch slots of its slowest stage, ≥ the average one
         # ((m·v + pp − 1) chunk slots with v chunks per rank)
-        total = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
-                    for i in range(len(self.layers)))
+        if self.hetero:  # each layer on its fastest kind
+            total = float(self.stage_weights(n_chunks, devices, samples, m).min(axis=0).sum())
+        else:
+            total = sum(min(c.step_time_s(m) for c in self.choices(i, devices, samples, m))
+                        for i in range(len(self.layers)))
         lb = total / pp * (1 + (pp - 1) / (_virtual(schedule) * m))  # interleaving shrinks the bubble
         if lb >= best_so_far:
             return None
@@ -552,14 +623,16 @@ class _Search:
             v = _virtual(sch)
             samples, devices = self.global_batch // m, self.world // pp
             try:
-                bounds = self.balanced_bounds(pp * v, devices, samples, m)
+                bounds = self.balanced_bounds(pp * v, devices, samples, m,
+                                              self._in_flight(sch, pp, m, v) if self.hetero else None)
             except (NoStrategyError, PlanError):
                 continue
             if bounds is None:
                 continue
             edges, in_flight = bounds + [len(self.layers)], self._in_flight(sch, pp, m, v)
-            if all(self.chunk_fits(edges[c], edges[c + 1], devices, samples, m, in_flight[c], self.budget // v,
-                                   self.ranks_of(pp, c % pp)) for c in range(pp * v)):
+            if all(self.chunk_fits(edges[c], edges[c + 1], devices, samples, m, in_flight[c],
+                                   self.stage_budget(self.ranks_of(pp, c % pp)) // v, self.ranks_of(pp, c % pp))
+                   for c in range(pp * v)):
                 return True
         return False
 
@@ -567,6 +640,44 @@ class _Search:
 def _virtual(schedule: str) -> int:
     """Model chunks per rank: two under interleaved 1F1B (Megatron's usual), else one."""
     return 2 if schedule == "interleaved_1f1b" else 1
+
+
+def _min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarray | None = None
+                   ) -> list[int] | None:
+    """Starts of the contiguous split of layers ``0..n`` into ``k = len(w)`` non-empty stages,
+    stage ``s`` costing ``Σ w[s, its layers]``, that minimises the largest stage: the DP
+    ``best[s][j] = min_i max(best[s−1][i], W_s[j] − W_s[i])`` over prefix sums ``W_s``, one
+    vectorised row per (stage, end). With ``need`` (like ``w``) and ``room`` (per stage), only
+    splits whose every stage keeps ``Σ need[s, its layers] ≤ room[s]``; None when none does."""
+    k, n = w.shape
+    prefix = np.concatenate([np.zeros((k, 1)), np.cumsum(w, axis=1)], axis=1)  # (k, n+1)
+    held = None if need is None else np.concatenate([np.zeros((k, 1)), np.cumsum(need, axis=1)], axis=1)
+
+    def cost_of(s: int, j: int, lo: int, prev: np.ndarray) -> np.ndarray:  # stage s takes layers i..j-1, i ≥ lo
+        cost = np.maximum(prev, prefix[s, j] - prefix[s, lo:j])
+        if held is not None:
+            cost[held[s, j] - held[s, lo:j] > room[s]] = np.inf
+        return cost
+
+    best = np.full(n + 1, np.inf)
+    best[1:] = prefix[0, 1:]  # the first stage ends at j
+    if held is not None:
+        best[1:][held[0, 1:] > room[0]] = np.inf
+    arg = np.zeros((k, n + 1), dtype=np.int64)
+    for s in range(1, k):
+        new = np.full(n + 1, np.inf)
+        for j in range(s + 1, n - (k - 1 - s) + 1):  # leave a layer for every later stage
+            cost = cost_of(s, j, s, best[s:j])
+            i = int(np.argmin(cost))
+            new[j], arg[s, j] = cost[i], s + i
+        best = new
+    if not np.isfinite(best[n]):
+        return None
+    starts, j = [], n
+    for s in range(k - 1, 0, -1):
+        j = int(arg[s, j])
+        starts.append(j)
+    return [0] + starts[::-1]
 
 
 def _round_up(a: np.ndarray, step: int) -> np.ndarray:

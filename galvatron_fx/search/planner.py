@@ -6,6 +6,10 @@ Cluster and a global batch; returns the fastest plan the cost model predicts tha
 memory budget on every stage, or raises :class:`~galvatron_fx.errors.PlanError` saying the
 smallest memory any plan would need and what to relax. Needs no processes and no weights.
 
+On a heterogeneous cluster (nodes of several device kinds) every stage is priced on its own
+devices — their speed and memory — and the plan records each stage's device kind
+(``ParallelPlan.stage_devices``) and budget (``predicted.stage_budget_bytes``).
+
 The search over one global batch — pipeline degree, stage boundaries and ranks, micro-batches,
 schedule, per-layer strategies — is :mod:`~galvatron_fx.search.outer_search`'s; the choice of the
 global batch, when left to the search, :mod:`~galvatron_fx.search.auto_batch`'s.
@@ -81,7 +85,9 @@ def plan(
     (a range or a tokens-per-step target, highest throughput) lets the search choose it
     (:mod:`~galvatron_fx.search.auto_batch`; the plan's notes say why, ``solver_stats["batch_search"]``
     lists the batches tried).
-    ``memory_budget`` is bytes per device (default: the smallest device memory of the cluster);
+    ``memory_budget`` is bytes per device (default: the device's own memory; on a heterogeneous
+    cluster a budget caps every device, each stage held to its own devices' memory or the budget,
+    the smaller);
     ``search`` caps or switches off dimensions (:class:`SearchSpace` or a dict of its fields).
     With ``baselines`` the best hand-written configuration (DDP, ZeRO/FSDP, Megatron tp×pp) is
     scored by the same cost model and recorded for comparison.
@@ -112,7 +118,7 @@ def plan(
                                    memory_budget=memory_budget, precision=precision, name=name, progress=progress,
                                    baselines=baselines)
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
-    budget = int(memory_budget) if memory_budget is not None else cluster.min_memory_bytes()
+    budget = int(memory_budget) if memory_budget is not None else default_budget(cluster)
     cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
 
     def new_search(gb: int, microbatches: str = "accumulate") -> _Search:
@@ -142,6 +148,13 @@ def plan(
         warnings.warn(msg, stacklevel=2)
     notes = ((found.note,) if found.note else ()) + tuple(unused)
     return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan
+
+
+def default_budget(cluster: Cluster) -> int:
+    """The budget when none is given: the device memory on a cluster of one kind; on a
+    heterogeneous one the largest (each device is held to its own memory as well:
+    :func:`~galvatron_fx.cost_models.memory.device_budget_bytes`)."""
+    return max(cluster.device_specs[k].memory_bytes for k in set(cluster.node_kinds))
 
 
 def unused_requests(space: SearchSpace, plan: ParallelPlan) -> list[str]:
