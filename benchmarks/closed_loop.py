@@ -1,7 +1,7 @@
 """The closed loop on this machine's CPUs: predicted step time before and after the refit, and the
 speed-up of the re-planned module, measured in the same run.
 
-For each case, ``torchrun`` starts ``WORLD`` gloo processes that compile gpt-tiny (global batch 16,
+For each case, ``torchrun`` starts ``WORLD`` gloo processes (one per core here) that compile gpt-tiny (global batch 16,
 sequence 64) on a cluster description — this machine as ``Cluster.local_cpu`` describes it
 (its cached hardware profile, or the defaults) with one stage and one micro-batch, and the same
 with a link bandwidth 100× too low (a deliberately wrong model) and the whole search space — then: ``WARMUP`` steps; ``OBSERVE`` observed steps
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_results  # noqa: E402
 
-WORLD = 4
+WORLD = 2  # one process per core of this machine: no process waits for a core
 WARMUP, OBSERVE, HELD_OUT = 3, 5, 8
 # (name, link bandwidth too low by, search space): the first keeps one stage and one micro-batch
 # (MemTracker measures the peak of such a plan); the second lets a wrong link pick a bad layout

@@ -17,10 +17,10 @@ Run under ``torchrun --standalone --nproc-per-node 4 examples/train.py`` (gloo; 
    one step per rank (``torch.distributed._tools.mem_tracker.MemTracker``), gathered to rank 0;
 5. close the loop: the ``OBSERVE_STEPS`` steps after the memory step are observed (per-layer
    forward and backward times, gradient sync, optimizer, all-reduces on the plan's groups), the
-   cost model is refitted from them and the memory step's peak (``pm.refit``), the refitted
-   prediction is printed, and ``pm.replan`` searches again with it, switching the module in
-   place when the new plan is predicted faster; the steps after it are timed against the
-   refitted prediction;
+   cost model is refitted from them and the memory step's peak (``pm.refit``); the ``HELD_OUT``
+   steps after it are timed against the refitted prediction; then ``pm.replan`` searches again
+   with the refitted model (the same budget), switching the module in place when the new plan
+   is predicted faster (its steps are then timed too);
 6. write ``plan.json``, ``report.json``, ``report.md`` and ``report.html`` (the page of
    ``galvatron-fx report``) to ``--out`` (default ``runs/demo``)
    and end with one line: predicted vs measured step time and peak memory.
@@ -47,7 +47,8 @@ from galvatron_fx.ir.plan import ParallelPlan
 
 MiB = 2**20
 WARMUP_STEPS = 3  # steps left out of the timing median (first-call overheads)
-OBSERVE_STEPS = 5  # steps observed (per-layer times) before the closed loop refits and re-plans
+OBSERVE_STEPS = 8  # steps observed (per-layer times) before the closed loop refits
+HELD_OUT = 8  # steps after the refit timed against its prediction, before the re-plan
 
 
 def _batch(text: str) -> int | str:
@@ -221,9 +222,9 @@ def tracked_step(pm, batch, opt) -> tuple[float, int, dict[str, int]]:
 
 # ---- 5. the closed loop --------------------------------------------------------------------------
 
-def closed_loop(pm, opt, peak_bytes: int):
+def refit(pm, peak_bytes: int):
     """Refit the cost model from the observed steps (and the peak the memory step measured on
-    every rank), print what changed, and re-plan: the module switches in place if that pays."""
+    every rank) and print what changed."""
     import dataclasses
 
     obs = pm.observations()
@@ -231,13 +232,21 @@ def closed_loop(pm, opt, peak_bytes: int):
     dist.all_gather_object(peaks, peak_bytes)
     obs = dataclasses.replace(obs, peak_bytes=max(peaks) or None)
     fit = pm.refit(obs)
-    result = pm.replan(opt, refit=fit)
     say()
     say(f"closed loop after {OBSERVE_STEPS} observed steps: refitted the cost model from what they measured")
-    for line in fit.lines() + result.lines():
+    for line in fit.lines():
+        say(f"  {line}")
+    return fit
+
+
+def replan(pm, opt, fit):
+    """Search again with the refitted model (same budget and space): the module switches in place
+    if the new plan is predicted faster."""
+    result = pm.replan(opt, refit=fit)
+    for line in result.lines():
         say(f"  {line}")
     say()
-    return fit, result
+    return result
 
 
 # ---- main ---------------------------------------------------------------------------------------
@@ -287,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             f"(repeating motifs), AdamW lr {args.lr}")
         mem_step = min(WARMUP_STEPS, args.steps - 1)  # the step measured for memory (not timed)
         # the closed loop: observe the steps after it, refit the cost model, re-plan if that pays
-        loop_at = mem_step + 1 + OBSERVE_STEPS if args.steps > mem_step + 1 + OBSERVE_STEPS + 2 else None
-        losses, times, after = [], [], []
+        loop_at = mem_step + 1 + OBSERVE_STEPS if args.steps >= mem_step + 1 + OBSERVE_STEPS + HELD_OUT + 3 else None
+        losses, times, held, after = [], [], [], []
         peak_bytes, peak_kinds = 0, {}
         fit = replanned = None
         bar = ProgressBar(args.steps)
@@ -298,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             if loop_at is not None and step == mem_step + 1:
                 pm.observe(OBSERVE_STEPS, memory=False)  # the memory step just measured the peak
             if step == loop_at:
-                fit, replanned = closed_loop(pm, opt, peak_bytes)
+                fit = refit(pm, peak_bytes)
+            if step == loop_at + HELD_OUT:
+                replanned = replan(pm, opt, fit)
             if step == mem_step:
                 loss, peak_bytes, peak_kinds = tracked_step(pm, batch, opt)
             else:
@@ -306,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                 loss = pm.train_step(batch, opt)
                 if step >= WARMUP_STEPS and (loop_at is None or step < loop_at):
                     times.append(time.perf_counter() - t0)
-                elif replanned is not None and step >= loop_at + (2 if replanned.switched else 0):
-                    after.append(time.perf_counter() - t0)  # a new plan's first steps warm up
+                elif loop_at is not None and step < loop_at + HELD_OUT:
+                    held.append(time.perf_counter() - t0)  # the refitted plan's steps, unseen by the refit
+                elif replanned is not None and replanned.switched and step >= loop_at + HELD_OUT + 2:
+                    after.append(time.perf_counter() - t0)  # a new plan's, after two warm-up steps
             if not math.isfinite(loss):
                 raise RuntimeError(f"step {step}: loss is {loss}")
             losses.append(loss)
@@ -318,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # 4. gather measurements
         mine = {"rank": rank, "median_step_s": statistics.median(times), "peak_memory_bytes": peak_bytes,
-                "peak_breakdown_bytes": peak_kinds, "after_step_s": statistics.median(after) if after else None}
+                "peak_breakdown_bytes": peak_kinds, "held_out_step_s": statistics.median(held) if held else None,
+                "after_step_s": statistics.median(after) if after else None}
         per_rank: list = [None] * world
         dist.all_gather_object(per_rank, mine)
 
@@ -348,10 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                              "mfu": plan.predicted.model_flops / meas_step / plan.predicted.peak_flops
                              if plan.predicted.model_flops and plan.predicted.peak_flops else None},
                 "loss": {"first": losses[0], "last": losses[-1], "curve": losses},
-                **({"refit": {**fit.to_dict(), "switched": replanned.switched, "reason": replanned.reason,
+                **({"refit": {**fit.to_dict(), "held_out_step_s": max(r["held_out_step_s"] for r in per_rank),
+                              "switched": replanned.switched, "reason": replanned.reason,
                               "new_predicted_s": replanned.new_predicted_s,
-                              "measured_after_s": max(r["after_step_s"] for r in per_rank if r["after_step_s"])}}
-                   if fit is not None else {}),
+                              "new_measured_s": max((r["after_step_s"] for r in per_rank if r["after_step_s"]),
+                                                    default=None)}}
+                   if fit is not None and replanned is not None else {}),
                 "wall_s": {"profile": t_profile, "plan": t_plan, "compile": t_compile, "train": t_train,
                            "total": time.perf_counter() - t_start},
                 "notes": ["measured step time: median wall time of train_step on each rank after "
@@ -372,13 +388,16 @@ def main(argv: list[str] | None = None) -> int:
             say(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {args.steps} steps; "
                 f"wrote {out / 'plan.json'}, {out / 'report.json'}, {out / 'report.md'}, {out / 'report.html'}")
             if fit is not None:
-                later = max(r["after_step_s"] for r in per_rank if r["after_step_s"])
-                refitted = replanned.new_predicted_s if replanned.switched else fit.refitted_step_s
-                what = "the new plan's" if replanned.switched else "the plan's"
-                say(f"refitted: {what} step predicted {refitted * 1e3:.1f} ms, measured {later * 1e3:.1f} ms "
-                    f"after the refit ({abs(refitted - later) / later:.0%} off; {abs(pred_step - meas_step) / meas_step:.0%} "
-                    f"before); peak memory {mib(fit.refitted_peak_bytes)}, measured {mib(fit.measured_peak_bytes)} "
+                held_s = max(r["held_out_step_s"] for r in per_rank)
+                say(f"refitted: step predicted {fit.refitted_step_s * 1e3:.1f} ms, measured {held_s * 1e3:.1f} ms over the "
+                    f"{HELD_OUT} steps after the refit ({abs(fit.refitted_step_s - held_s) / held_s:.0%} off; "
+                    f"{abs(pred_step - meas_step) / meas_step:.0%} before it); peak memory {mib(fit.refitted_peak_bytes)}, "
+                    f"measured {mib(fit.measured_peak_bytes)} "
                     f"({abs(fit.refitted_peak_bytes - fit.measured_peak_bytes) / fit.measured_peak_bytes:.1%} off)")
+                if replanned is not None and replanned.switched and any(r["after_step_s"] for r in per_rank):
+                    new_s = max(r["after_step_s"] for r in per_rank if r["after_step_s"])
+                    say(f"re-planned: the new plan predicted {replanned.new_predicted_s * 1e3:.1f} ms per step, "
+                        f"measured {new_s * 1e3:.1f} ms ({held_s / new_s:.2f}× the old plan's)")
             say(f"predicted step {pred_step * 1e3:.1f} ms, measured {meas_step * 1e3:.1f} ms; "
                 f"peak memory predicted {mib(pred_peak)}, measured {mib(meas_peak)} (rank 0)")
         dist.barrier()

@@ -115,14 +115,16 @@ class AdaptiveMixin:
 
     def replan(self, optimizer: torch.optim.Optimizer | None = None, *, refit=None, seq_len: int | None = None,
                global_batch_size: int | None = None, example_inputs=None, threshold: float = DEFAULT_THRESHOLD,
-               force: bool = False) -> Replan:
+               force: bool = False, memory_budget: int | None = None, search=None) -> Replan:
         """Search again and switch to the new plan in place when it pays (see module doc).
 
         ``refit``: a :class:`~galvatron_fx.cost_models.refit.Refit` whose model the search uses
         (default: the plan's own model); ``seq_len`` / ``global_batch_size`` / ``example_inputs``:
         plan for another shape (progressive context, another batch) — always switches;
         ``threshold``: the least predicted gain (a fraction of the step) worth a switch;
-        ``force``: switch to the searched plan whatever it gains. Returns a :class:`Replan`."""
+        ``force``: switch to the searched plan whatever it gains; ``memory_budget`` (default the
+        running plan's) and ``search`` (default ``compile``'s) bound the search. Returns a
+        :class:`Replan`."""
         import galvatron_fx as gfx
         from galvatron_fx.api import plan_on_rank0
         from galvatron_fx.search.price_plan import price_plan
@@ -143,12 +145,13 @@ class AdaptiveMixin:
             ex_args, ex_kwargs = resized_to(ex_args, ex_kwargs, seq_len, dim=1)
         gbs = global_batch_size or self.global_batch_size
         old = self.plan
+        budget = memory_budget if memory_budget is not None else old.predicted.memory_budget_bytes
+        space = search if search is not None else args["search"]
 
         def search():
             # the running graph when the shape stays (its kinds are the ones the refit measured)
             mg0 = gfx.capture(model, ex_args, args["loss_fn"], example_kwargs=ex_kwargs) if reshaped else self.mg
-            return gfx.plan(mg0, self._cluster(), global_batch_size=gbs, memory_budget=args["memory_budget"],
-                            search=args["search"], precision=old.precision, cost_model=cm, progress=False,
+            return gfx.plan(mg0, self._cluster(), global_batch_size=gbs, memory_budget=budget, search=space, precision=old.precision, cost_model=cm, progress=False,
                             name=old.model)
 
         new = plan_on_rank0(search)
@@ -186,7 +189,7 @@ class AdaptiveMixin:
         ex_args = args["example_inputs"] if example_inputs is None else example_inputs
         ex_kwargs = args["example_kwargs"] if example_kwargs is None else example_kwargs
         new = _compile(args["model"], args["cluster"] or self._cluster(), ex_args, ex_kwargs, args["loss_fn"],
-                       plan.global_batch_size, args["memory_budget"], plan, args["search"])
+                       plan.global_batch_size, plan.predicted.memory_budget_bytes, plan, args["search"])
         move_state(self, new, optimizer)
         new.__dict__["_compile_args"] = {**args, "example_inputs": ex_args, "example_kwargs": ex_kwargs}
         ref = self.__dict__.get("_user_model_ref")

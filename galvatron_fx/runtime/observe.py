@@ -40,8 +40,8 @@ _PROBE_REPEATS = 9
 class Observations:
     """What ``steps`` observed steps of a plan measured, over all ranks: per layer name its
     forward and backward seconds per step (median over steps, the slowest rank holding it), the
-    gradient sync's and the optimizer's seconds per step, the step's wall seconds (median over
-    steps of the slowest rank), the peak tensor bytes of the hungriest rank (None when not
+    gradient sync's and the optimizer's seconds per step, the step's wall seconds (each rank's
+    median over the steps, the slowest rank's), the peak tensor bytes of the hungriest rank (None when not
     measured), and the all-reduces timed on the plan's groups as ``(op, bytes, ranks, seconds)``."""
 
     plan_hash: str
@@ -310,8 +310,8 @@ def finish(pm, links: bool = True) -> Observations:
         layer_s[n] = (max(v[0] for v in per_rank), max(v[1] for v in per_rank))
     step_times = [max(r["records"][i]["step"] for r in every) for i in range(steps)]
 
-    def med(key: str) -> float:
-        return statistics.median(max(r["records"][i][key] for r in every) for i in range(steps))
+    def med(key: str) -> float:  # the slowest rank's median (a rank's own steps, then the ranks)
+        return max(statistics.median(x[key] for x in r["records"][:steps]) for r in every)
 
     peaks = [r["peak"] for r in every if r["peak"]]
     seen: dict[tuple, float] = {}
@@ -320,7 +320,7 @@ def finish(pm, links: bool = True) -> Observations:
             seen[(op, nbytes, tuple(ranks))] = max(seen.get((op, nbytes, tuple(ranks)), 0.0), s)
     rec.records = []
     return Observations(plan_hash=pm.plan.plan_hash(), steps=steps, layer_s=layer_s, sync_s=med("sync"),
-                        optimizer_s=med("optim"), step_s=statistics.median(step_times),
+                        optimizer_s=med("optim"), step_s=med("step"),
                         peak_bytes=max(peaks) if peaks else None,
                         collectives=tuple((k[0], k[1], k[2], v) for k, v in sorted(seen.items())),
                         step_times_s=tuple(step_times))

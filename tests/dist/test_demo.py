@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 16
+STEPS = 24  # enough for the closed loop: 3 warm-up, 1 memory, 8 observed, 8 held out, then the re-plan
 FINAL = re.compile(r"^predicted step [\d.]+ ms, measured [\d.]+ ms; "
                    r"peak memory predicted [\d.]+ MiB, measured [\d.]+ MiB \(rank 0\)$")
 
@@ -39,6 +39,9 @@ def test_exits_0_and_ends_with_the_summary_line(demo) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert FINAL.match(last), last
+    # the closed loop: refitted from the observed steps, its prediction against the held-out ones
+    assert "closed loop after 8 observed steps" in proc.stdout
+    assert re.search(r"^refitted: step predicted [\d.]+ ms, measured [\d.]+ ms over the 8 steps", proc.stdout, re.M)
     assert "hardware: fresh hardware profile" in proc.stdout  # the test cache starts empty
     assert "plan for gpt-tiny on 4 devices" in proc.stdout
 
@@ -60,6 +63,10 @@ def test_report(demo) -> None:
     assert m["mfu"] / rep["predicted"]["mfu"] == pytest.approx(rep["predicted"]["step_time_s"] / m["step_time_s"])
     # the budget made the plan differ from the unconstrained one
     assert rep["plan"]["differs_from_unconstrained"], rep["plan"]
+    fit = rep["refit"]
+    assert fit["held_out_step_s"] > 0 and fit["measured_peak_bytes"] > 0
+    # the refitted peak is the measured one's (the step time on a shared 2-core machine wanders)
+    assert abs(fit["refitted_peak_bytes"] - fit["measured_peak_bytes"]) < 0.05 * fit["measured_peak_bytes"]
     assert rep["plan"]["budget_bytes"] < rep["plan"]["unconstrained"]["peak_memory_bytes"]
     assert (out / "plan.json").exists() and (out / "report.md").read_text().startswith("# gpt-tiny")
     page = (out / "report.html").read_text()  # the page `make demo` leaves: plan and measurements
