@@ -145,7 +145,8 @@ class AdaptiveMixin:
             ex_args, ex_kwargs = resized_to(ex_args, ex_kwargs, seq_len, dim=1)
         gbs = global_batch_size or self.global_batch_size
         old = self.plan
-        budget = memory_budget if memory_budget is not None else old.predicted.memory_budget_bytes
+        budget = memory_budget if memory_budget is not None else \
+            (old.predicted.memory_budget_bytes or args["memory_budget"])  # (a hand-made plan records none)
         space = search if search is not None else args["search"]
 
         def search():
@@ -189,7 +190,8 @@ class AdaptiveMixin:
         ex_args = args["example_inputs"] if example_inputs is None else example_inputs
         ex_kwargs = args["example_kwargs"] if example_kwargs is None else example_kwargs
         new = _compile(args["model"], args["cluster"] or self._cluster(), ex_args, ex_kwargs, args["loss_fn"],
-                       plan.global_batch_size, plan.predicted.memory_budget_bytes, plan, args["search"])
+                       plan.global_batch_size, plan.predicted.memory_budget_bytes or args["memory_budget"], plan,
+                       args["search"])
         move_state(self, new, optimizer)
         new.__dict__["_compile_args"] = {**args, "example_inputs": ex_args, "example_kwargs": ex_kwargs}
         ref = self.__dict__.get("_user_model_ref")

@@ -5,8 +5,9 @@ on the world group, rank 0's figures broadcast) and described two ways: as measu
 model) and with a 100× lower bandwidth (a deliberately wrong one). A zoo GPT compiled on the wrong cluster gets
 another plan than the correct cluster's; after warm-up it observes a few steps, refits the link
 rates alone (``fit=("links",)``: compute is priced alike in both models, so the link is what was
-wrong) and re-plans: it must switch, in place, to the correct model's plan, every rank to the
-same plan, and its losses — before, across and after the switch — must equal an uninterrupted
+wrong) and re-plans: it must switch, in place, to the correct model's plan (or one the correct
+model prices within 5% of it: small layers nearly tie, and the link is measured twice on a busy
+machine), every rank to the same plan, and its losses — before, across and after the switch — must equal an uninterrupted
 single-process run's within fp32 rounding. ``compile(adapt=True)`` does the same by itself.
 A Hugging Face Llama switches between hand-made plans with ZeRO-3 and DDP layers and then to a
 longer context (``replan(seq_len=...)``), its AdamW state carried over: losses equal one
@@ -134,7 +135,15 @@ def _wrong_link(adapt: bool) -> dict:
     hashes = [None] * world
     dist.all_gather_object(hashes, pm.plan.plan_hash())
     ref = _reference(model, batches, steps)
+    # each plan under the correct model: the first one's loss, and how near the re-plan comes to
+    # the correct model's own choice (layers that nearly tie may differ with the measured noise)
+    from galvatron_fx.cost_models import AnalyticCostModel
+    from galvatron_fx.search.price_plan import price_plan
+
+    cm = AnalyticCostModel(right)
+    priced = {k: price_plan(p, mg, cm).predicted.step_time_s for k, p in (("first", first), ("now", pm.plan))}
     return {**res, "first": _signature(first), "correct": _signature(correct), "now": _signature(pm.plan),
+            "correct_s": correct.predicted.step_time_s, "first_s": priced["first"], "now_s": priced["now"],
             "hashes": hashes, "loss_err": max(abs(a - b) for a, b in zip(losses, ref)), "losses": losses}
 
 
@@ -248,8 +257,10 @@ def _check_wrong_link(res: dict) -> None:
     for key in ("wrong_link", "adapt"):
         x = assert_ok(res, key)
         assert x["first"] != x["correct"], "the 100× slow link should give another first plan"
+        assert x["first_s"] > 1.1 * x["correct_s"], x  # ... a worse one, under the correct model
         assert x["switched"], x["reason"]
-        assert x["now"] == x["correct"], (x["now"], x["correct"], x["refit"])
+        # the re-plan is the correct model's plan, or one it prices within 5% of it
+        assert x["now"] == x["correct"] or x["now_s"] <= 1.05 * x["correct_s"], (x["now"], x["correct"], x["refit"])
         assert len(set(x["hashes"])) == 1
         for r in res.values():
             assert r[key]["loss_err"] < LOSS_TOL, r[key]["losses"]
