@@ -35,7 +35,8 @@ _EXPORTS = {
     "compile": "galvatron_fx.api",
     "lower": "galvatron_fx.passes.lower_program",
     "plan": "galvatron_fx.search.planner",
-    "refit": "galvatron_fx.cost_models.refit",
+    "price_plan": "galvatron_fx.search.price_plan",
+    "refit": "galvatron_fx.search.refit",
     "Observations": "galvatron_fx.runtime.observe",
 }
 

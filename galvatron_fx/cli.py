@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,4 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        # a torchrun worker whose process groups are destroyed and files closed leaves without the
+        # interpreter's and C++ libraries' teardown: a gloo or profiler thread still joinable at
+        # static destruction aborts the process (SIGABRT) after a run that succeeded
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -269,6 +269,7 @@ def run_cli(args: argparse.Namespace) -> int:
         plan.report(out / "report.html", run=out)
         print(f"step time predicted {plan.predicted.step_time_s * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
               f"(median); wrote {out}/", file=sys.stderr)
+    dist.barrier()  # every rank tears its groups down together, after rank 0's report
     dist.destroy_process_group()
     return 0
 

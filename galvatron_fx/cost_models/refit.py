@@ -1,11 +1,12 @@
 """A cost model refitted from what a run measured (the closed loop's fit).
 
-Contract: :func:`refit` takes a plan, the :class:`~galvatron_fx.runtime.observe.Observations` of
+Contract: :func:`galvatron_fx.search.refit.refit` (``galvatron_fx.refit``) takes a plan, the :class:`~galvatron_fx.runtime.observe.Observations` of
 training it (per-layer forward and backward seconds per step, the gradient sync and optimizer
 seconds, all-reduces timed on the plan's own process groups, the step's wall time and, where
 measured, the peak of tensor memory) and the cost model the plan was priced by, and returns a
 :class:`Refit`: a :class:`RefitCostModel` — the base model with bounded correction factors — and
-the plan's prediction under it. Nothing is executed from the observations; they are numbers.
+the plan's prediction under it; this module fits the factors (:func:`fit_factors`) and
+wraps the model, the search's module prices the plan under it. Nothing is executed from the observations; they are numbers.
 
 The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``; a factor the observations do
 not inform stays 1):
@@ -17,12 +18,14 @@ not inform stays 1):
   price them apart; the factor carries that. Kinds not observed (another plan's layer kinds are
   the same model's) take the median factor; ``node_time_s`` (the intra-layer ILP's operator
   prices) takes the median too.
-- *links*, per tier (intra-node, inter-node) and probed size: the measured all-reduces over the
-  cost model's seconds for the same bytes and ranks (median ratio per size); every collective,
-  redistribution and send the model prices on that tier is scaled by the factor at its size,
-  interpolated in log bytes between the probed sizes and held beyond them (so latency and
-  bandwidth may be off by different factors). A link the model thinks 10× slower than it is
-  comes back to its measured rate.
+- *links*, per tier (intra-node, inter-node): the measured all-reduces as ``a + b·bytes`` and
+  the cost model's seconds for the same bytes and ranks as ``a0 + b0·bytes`` (least squares over
+  the probed sizes). Every collective, redistribution and send the model prices on that tier is
+  split into its latency part (its price of one byte), scaled by ``a / a0``, and the rest, scaled
+  by ``b / b0``: the link's measured latency and bandwidth against the modelled ones, whatever the
+  collective (an all-gather of ``n`` bytes moves half an all-reduce's). A link the model thinks
+  10× slower than it is comes back to its measured rate at every size and for every collective
+  (exactly, for the analytic α-β model).
 - *optimizer*: the measured optimizer step over the plan's predicted optimizer seconds.
 - *memory*: the measured peak tensor bytes ``M`` against the predicted stage peak ``P`` split
   into what the memory model knows exactly (parameters, gradients, optimizer states: ``F``,
@@ -49,7 +52,7 @@ from typing import Any
 from galvatron_fx.cluster import TierName
 from galvatron_fx.cost_models.memory import LayerMemory
 
-__all__ = ["FACTOR_BOUND", "FITS", "Refit", "RefitCostModel", "refit"]
+__all__ = ["FACTOR_BOUND", "FITS", "Factors", "Refit", "RefitCostModel", "fit_factors", "peak_split"]
 
 FACTOR_BOUND = 50.0
 
@@ -66,9 +69,10 @@ class Factors:
 
     fwd: Mapping[str, float] = field(default_factory=dict)  # layer kind -> factor
     bwd: Mapping[str, float] = field(default_factory=dict)
-    # tier name -> ((bytes, factor), ...) ascending in bytes: interpolated in log bytes between
-    # the measured sizes, held beyond them (latency and bandwidth may be off by different factors)
-    links: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    # tier name -> (a, b, a0, b0): the measured all-reduce time a + b·bytes and the base model's
+    # a0 + b0·bytes over the probed sizes; a collective of n bytes is scaled by their ratio at n
+    # (latency and bandwidth may be off by different factors)
+    links: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)
     optimizer: float = 1.0
     memory: float = 1.0
     # layer name -> the observed kind: a graph captured at another shape names its kinds anew
@@ -109,32 +113,39 @@ class RefitCostModel:
         return self.base.optimizer_step_s(numel, tensors, dtensor=dtensor, rank=rank) * self.factors.optimizer
 
     # ---- communication ----
-    def _link(self, ranks, nbytes: float) -> float:
+    def _tier_fit(self, ranks):
         ranks = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
         tier = self.base.cluster.tier_of(ranks).name if len(ranks) > 1 else TierName.INTRA_NODE
-        pts = self.factors.links.get(str(tier))
-        if not pts:
-            return 1.0
-        if nbytes <= pts[0][0]:
-            return pts[0][1]
-        for (b0, f0), (b1, f1) in zip(pts, pts[1:]):
-            if nbytes <= b1:
-                w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
-                return math.exp((1 - w) * math.log(f0) + w * math.log(f1))
-        return pts[-1][1]
+        return self.factors.links.get(str(tier))
+
+    def _scaled(self, price, nbytes, ranks) -> float:
+        """``price(nbytes)`` with its latency part (``price(1)``) scaled by the tier's measured
+        over modelled latency and the rest by the measured over modelled seconds per byte."""
+        fit = self._tier_fit(ranks)
+        full = price(nbytes)
+        if not fit:
+            return full
+        a, b, a0, b0 = fit
+        kb = _bounded(b / b0) if b0 > 0 and b > 0 else None
+        ka = _bounded(a / a0) if a0 > 0 and a > 0 else None
+        if ka is None and kb is None:  # one probe size only: the ratio of the times there
+            return full * _bounded((a + b * nbytes) / max(a0 + b0 * nbytes, 1e-12))
+        ka, kb = ka or kb, kb or ka
+        lat = min(price(1), full)  # (a price of 0 bytes is 0: nothing is sent)
+        return lat * ka + (full - lat) * kb
 
     def collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
         kw = {} if gap_s is None else {"gap_s": gap_s}
-        return self.base.collective_time_s(collective, nbytes, ranks, **kw) * self._link(ranks, nbytes)
+        return self._scaled(lambda n: self.base.collective_time_s(collective, n, ranks, **kw), nbytes, ranks)
 
     def tp_collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
         price = getattr(self.base, "tp_collective_time_s", None)
         if price is None:
             return self.collective_time_s(collective, nbytes, ranks)
-        return price(collective, nbytes, ranks, gap_s=gap_s) * self._link(ranks, nbytes)
+        return self._scaled(lambda n: price(collective, n, ranks, gap_s=gap_s), nbytes, ranks)
 
     def reshard_time_s(self, nbytes, src, dst, ranks, ndim):
-        return self.base.reshard_time_s(nbytes, src, dst, ranks, ndim) * self._link(ranks, nbytes)
+        return self._scaled(lambda n: self.base.reshard_time_s(n, src, dst, ranks, ndim), nbytes, ranks)
 
     # ---- memory ----
     def layer_memory(self, costs, strategy, **kw) -> LayerMemory:
@@ -173,8 +184,9 @@ class Refit:
             out.append("compute × " + ", ".join(f"{k[:12]} fwd {f.fwd.get(k, 1):.2f} bwd {f.bwd.get(k, 1):.2f}"
                                                 for k in kinds))
         if f.links:
-            out.append("links × " + ", ".join(f"{t} " + ", ".join(f"{v:.3g} at {_size(b)}" for b, v in pts)
-                                             for t, pts in sorted(f.links.items())))
+            out.append("links: " + ", ".join(
+                f"{t} {a * 1e6:.0f} µs + {_gbs(b)} measured, {a0 * 1e6:.0f} µs + {_gbs(b0)} modelled"
+                for t, (a, b, a0, b0) in sorted(f.links.items())))
         out.append(f"optimizer × {f.optimizer:.2f}; activation memory × {f.memory:.2f}; step overhead "
                    f"{self.overhead_s * 1e3:+.1f} ms")
         return out
@@ -186,11 +198,26 @@ class Refit:
                 "predicted_peak_bytes": self.predicted_peak_bytes, "refitted_peak_bytes": self.refitted_peak_bytes}
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+def _gbs(seconds_per_byte: float) -> str:
+    return f"{1 / seconds_per_byte / 1e9:.2g} GB/s" if seconds_per_byte > 0 else "∞ GB/s"
 
 
-def _peak_split(plan) -> tuple[int, int, int]:
+def _affine(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """``(a, b)`` of ``t = a + b·n`` through ``(n, t)`` points (least squares; ``a, b >= 0``)."""
+    if len(points) == 1:
+        n, t = points[0]
+        return 0.0, t / max(n, 1)
+    mn = sum(n for n, _ in points) / len(points)
+    mt = sum(t for _, t in points) / len(points)
+    var = sum((n - mn) ** 2 for n, _ in points)
+    b = max(sum((n - mn) * (t - mt) for n, t in points) / var, 0.0) if var > 0 else 0.0
+    a = max(mt - b * mn, 0.0)
+    if a == 0.0 and b == 0.0:
+        b = mt / max(mn, 1)
+    return a, b
+
+
+def peak_split(plan) -> tuple[int, int, int]:
     """The plan's largest stage peak ``P``, and of it the exactly known part ``F`` (parameters,
     gradients, optimizer states) and the rest ``V`` (activations held and the largest temporary)."""
     stage = max(range(plan.pp), key=lambda s: plan.predicted.peak_memory_bytes[s])
@@ -203,20 +230,14 @@ def _peak_split(plan) -> tuple[int, int, int]:
 FITS = ("compute", "links", "optimizer", "memory")
 
 
-def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FITS) -> Refit:
-    """Refit ``cost_model`` (the model ``plan`` was priced by; default the planner's analytic model
-    of the plan's cluster and precision) from ``observations`` of running ``plan`` on the graph
-    ``mg`` (``pm.mg``; see the module doc). ``fit``: which factors to fit (of :data:`FITS`;
-    the others stay 1)."""
-    from galvatron_fx.search.price_plan import price_plan
-
-    if cost_model is None:
-        from galvatron_fx.cluster import Cluster
-        from galvatron_fx.cost_models.base import AnalyticCostModel
-        from galvatron_fx.ir.strategy import Precision
-
-        cost_model = AnalyticCostModel(Cluster.from_dict(plan.cluster), precision=Precision.named(plan.precision))
-
+def fit_factors(plan, observations, cost_model, fit: tuple[str, ...] = FITS) -> Factors:
+    """The bounded correction :class:`Factors` of ``cost_model`` (the model ``plan`` was priced
+    by) from ``observations`` of running ``plan`` (see the module doc; the step overhead needs the
+    refitted price and is :func:`galvatron_fx.search.refit.refit`'s). ``fit``: which factors to
+    fit (of :data:`FITS`; the others stay 1)."""
+    unknown = set(fit) - set(FITS)
+    if unknown:
+        raise ValueError(f"refit fit={fit!r}: unknown {sorted(unknown)}; choose from {FITS}")
     obs = observations
     by_name = {lp.name: lp for lp in plan.layers}
     kind_of = {lp.name: lp.kind for lp in plan.layers}
@@ -230,35 +251,23 @@ def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FIT
         acc[1] += b
         acc[2] += lp.predicted.fwd_s
         acc[3] += lp.predicted.bwd_s
-    unknown = set(fit) - set(FITS)
-    if unknown:
-        raise ValueError(f"refit fit={fit!r}: unknown {sorted(unknown)}; choose from {FITS}")
     compute = "compute" in fit
     fwd = {k: _bounded(a[0] / a[2]) for k, a in sums.items() if a[2] > 0 and compute}
     bwd = {k: _bounded(a[1] / a[3]) for k, a in sums.items() if a[3] > 0 and compute}
-    ratios: dict[str, dict[int, list[float]]] = {}
+    measured: dict[str, list[tuple[int, float]]] = {}
+    modelled: dict[str, list[tuple[int, float]]] = {}
     for op, nbytes, ranks, seconds in obs.collectives:
         pred = cost_model.collective_time_s(op, nbytes, list(ranks))
         if pred > 0 and seconds > 0:
-            tier = cost_model.cluster.tier_of(ranks).name
-            ratios.setdefault(str(tier), {}).setdefault(int(nbytes), []).append(seconds / pred)
-    links = {t: tuple((b, _bounded(statistics.median(v))) for b, v in sorted(per.items())) for t, per in ratios.items()}
-    if "links" not in fit:
-        links = {}
+            tier = str(cost_model.cluster.tier_of(ranks).name)
+            measured.setdefault(tier, []).append((int(nbytes), seconds))
+            modelled.setdefault(tier, []).append((int(nbytes), pred))
+    links = {t: (*_affine(measured[t]), *_affine(modelled[t])) for t in measured} if "links" in fit else {}
     pred_optim = plan.predicted.breakdown.get("optimizer", 0.0)
     optimizer = _bounded(obs.optimizer_s / pred_optim) if pred_optim > 0 and obs.optimizer_s > 0 \
         and "optimizer" in fit else 1.0
-    peak, fixed, variable = _peak_split(plan)
+    peak, fixed, variable = peak_split(plan)
     memory = 1.0
     if obs.peak_bytes and variable > 0 and "memory" in fit:
         memory = min(10.0, max(0.1, (obs.peak_bytes - fixed) / variable))
-    factors = Factors(fwd=fwd, bwd=bwd, links=links, optimizer=optimizer, memory=memory, kind_of=kind_of)
-    model = RefitCostModel(cost_model, factors)
-    priced = price_plan(plan, mg, model)
-    overhead = obs.step_s - priced.predicted.step_time_s
-    overhead = min(obs.step_s, max(-0.5 * obs.step_s, overhead))
-    return Refit(cost_model=model, factors=factors, overhead_s=overhead, measured_step_s=obs.step_s,
-                 predicted_step_s=plan.predicted.step_time_s,
-                 refitted_step_s=priced.predicted.step_time_s + overhead,
-                 measured_peak_bytes=obs.peak_bytes, predicted_peak_bytes=peak,
-                 refitted_peak_bytes=max(priced.predicted.peak_memory_bytes))
+    return Factors(fwd=fwd, bwd=bwd, links=links, optimizer=optimizer, memory=memory, kind_of=kind_of)

@@ -3,7 +3,7 @@
 Contract: :class:`AdaptiveMixin` is a base of the parallel modules. ``pm.observe(steps)`` arms
 the next ``steps`` ``train_step`` calls (:mod:`galvatron_fx.runtime.observe`);
 ``pm.observations()`` gathers them (collective); ``pm.refit(obs)`` refits the cost model the plan
-was priced by (:func:`galvatron_fx.cost_models.refit.refit`); ``pm.replan(optimizer, ...)``
+was priced by (:func:`galvatron_fx.refit`); ``pm.replan(optimizer, ...)``
 searches again — with the refitted model, and/or for another sequence length or global batch —
 on rank 0, and when the new plan is predicted faster by more than ``threshold`` (or the shape
 changed) switches ``pm`` to it **in place**: the same Python object then runs the new plan (a
@@ -108,10 +108,11 @@ class AdaptiveMixin:
         """A :class:`~galvatron_fx.cost_models.refit.Refit` of the plan's cost model from
         ``observations`` (default: :meth:`observations`, collective); ``fit``: which factors
         (default all of :data:`~galvatron_fx.cost_models.refit.FITS`)."""
-        from galvatron_fx.cost_models.refit import FITS, refit
+        import galvatron_fx as gfx
+        from galvatron_fx.cost_models.refit import FITS
 
         obs = observations if observations is not None else self.observations()
-        return refit(self.plan, obs, mg=self.mg, cost_model=self.base_cost_model(), fit=tuple(fit or FITS))
+        return gfx.refit(self.plan, obs, mg=self.mg, cost_model=self.base_cost_model(), fit=tuple(fit or FITS))
 
     def replan(self, optimizer: torch.optim.Optimizer | None = None, *, refit=None, seq_len: int | None = None,
                global_batch_size: int | None = None, example_inputs=None, threshold: float = DEFAULT_THRESHOLD,
@@ -127,7 +128,6 @@ class AdaptiveMixin:
         :class:`Replan`."""
         import galvatron_fx as gfx
         from galvatron_fx.api import plan_on_rank0
-        from galvatron_fx.search.price_plan import price_plan
 
         args = self.__dict__.get("_compile_args")
         if args is None:
@@ -161,7 +161,7 @@ class AdaptiveMixin:
             if reshaped:
                 cur_s, decision = float("nan"), (True, "the shape changed: the new shape's plan runs")
             else:
-                cur_s = price_plan(old, self.mg, cm).predicted.step_time_s + overhead
+                cur_s = gfx.price_plan(old, self.mg, cm).predicted.step_time_s + overhead
                 new_s = new.predicted.step_time_s + overhead
                 if new.plan_hash() == old.plan_hash():
                     decision = (False, "the search chose the running plan again")

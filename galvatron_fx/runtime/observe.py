@@ -248,8 +248,9 @@ def start(pm, steps: int, memory: bool = True) -> _Recorder:
 
 def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
     """All-reduces timed on the whole world and on this stage's data- and tensor-parallel groups
-    (collective over each group; every rank calls it): ``(op, bytes, the group's ranks, median
-    seconds)`` per group and size."""
+    (collective over each group; every rank calls it): ``(op, bytes, the group's ranks, seconds)``
+    per group and size — the fastest of :data:`_PROBE_REPEATS` after three warm-ups: what the link
+    can do, the figure that repeats from run to run (contention in a step is the step's to show)."""
     from galvatron_fx.runtime.checkpoint_slots import _bodies
 
     out = []
@@ -271,7 +272,8 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
         seen.add(ranks)
         for nbytes in LINK_PROBE_BYTES:
             x = torch.ones(nbytes // 4, device=device)
-            dist.all_reduce(x, group=group)  # warm-up
+            for _ in range(3):  # warm-up
+                dist.all_reduce(x, group=group)
             times = []
             for _ in range(_PROBE_REPEATS):
                 if device.type == "cuda":
@@ -281,7 +283,7 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
-            out.append(("all_reduce", nbytes, ranks, statistics.median(times)))
+            out.append(("all_reduce", nbytes, ranks, min(times)))
     return out
 
 

@@ -45,19 +45,19 @@ def _measured_cluster(world: int):
     cl = gfx.Cluster.local_cpu(world)
     times = {}
     for nbytes in LINK_PROBE_BYTES:
-        import statistics
         import time
 
         import torch
 
         x = torch.ones(nbytes // 4)
-        dist.all_reduce(x)
+        for _ in range(3):
+            dist.all_reduce(x)
         ts = []
         for _ in range(15):
             t0 = time.perf_counter()
             dist.all_reduce(x)
             ts.append(time.perf_counter() - t0)
-        times[nbytes] = statistics.median(ts)
+        times[nbytes] = min(ts)  # as the refit's probes take it
     box = [times]
     dist.broadcast_object_list(box, src=0)
     times = box[0]
@@ -115,8 +115,10 @@ def _wrong_link(adapt: bool) -> dict:
     mg = gfx.capture(model, inputs)
     correct = gfx.plan(mg, right, global_batch_size=8)
     warmup, observe, after = 2, 3, 3
+    # threshold 0: the test asks which plan the refitted model picks (the 5% rule of a switch
+    # that pays is the benchmark's and the demo's)
     pm = gfx.compile(copy.deepcopy(model), wrong, inputs, global_batch_size=8,
-                     adapt={"warmup": warmup, "steps": observe} if adapt else False)
+                     adapt={"warmup": warmup, "steps": observe, "threshold": 0.0} if adapt else False)
     first = pm.plan
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     losses, res = [], {}
@@ -126,7 +128,7 @@ def _wrong_link(adapt: bool) -> dict:
             pm.observe(observe)
         if not adapt and i == warmup + observe + 1:
             fit = pm.refit(fit=("links",))
-            r = pm.replan(opt, refit=fit)
+            r = pm.replan(opt, refit=fit, threshold=0.0)
             res.update(switched=r.switched, reason=r.reason, refit=fit.lines())
         losses.append(pm.train_step(batches[i % BATCHES], opt))
     if adapt:

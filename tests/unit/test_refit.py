@@ -1,0 +1,105 @@
+"""The closed loop's refit on the planner alone (no processes): observations built from a known
+"true" cost model — a link the planned model thinks 20× slower, layers twice as slow, more
+activation memory — and what the refit recovers from them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import galvatron_fx as gfx
+from galvatron_fx import zoo
+from galvatron_fx.cost_models import AnalyticCostModel
+from galvatron_fx.cost_models.refit import FACTOR_BOUND, Factors, RefitCostModel, fit_factors, peak_split
+from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model, inputs = zoo.build("gpt-tiny", batch_size=8, seq_len=64, device="cpu", seed=0)
+    mg = gfx.capture(model, inputs)
+    cl = gfx.Cluster.local_cpu(WORLD)
+
+    def tier(t, k):
+        return dataclasses.replace(t, bandwidth_bytes_s=t.bandwidth_bytes_s / k, fits={})
+
+    wrong = dataclasses.replace(cl, intra_node=tier(cl.intra_node, 20.0), inter_node=tier(cl.inter_node, 20.0))
+    return mg, cl, wrong
+
+
+def _observe(plan, true_model, *, compute=1.0, peak_bytes=None, step_s=None, sizes=LINK_PROBE_BYTES):
+    """What running ``plan`` would measure if ``true_model`` were the machine, layers ``compute``×
+    the plan's own figures."""
+    ranks = tuple(range(WORLD))
+    coll = tuple(("all_reduce", n, ranks, true_model.collective_time_s("all_reduce", n, list(ranks))) for n in sizes)
+    layer_s = {lp.name: (compute * lp.predicted.fwd_s, compute * lp.predicted.bwd_s) for lp in plan.layers}
+    return Observations(plan_hash=plan.plan_hash(), steps=3, layer_s=layer_s, sync_s=0.0,
+                        optimizer_s=plan.predicted.breakdown.get("optimizer", 0.0),
+                        step_s=step_s if step_s is not None else plan.predicted.step_time_s,
+                        peak_bytes=peak_bytes, collectives=coll)
+
+
+def _price(plan, mg, cl):
+    return gfx.price_plan(plan, mg, AnalyticCostModel(cl)).predicted.step_time_s
+
+
+def test_a_link_20x_too_slow_comes_back_to_its_measured_rate_and_the_plan_to_the_correct_ones(setup):
+    mg, right, wrong = setup
+    true = AnalyticCostModel(right)
+    first = gfx.plan(mg, wrong, global_batch_size=8, progress=False)
+    correct = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    assert _price(first, mg, right) > 1.05 * correct.predicted.step_time_s  # the wrong model's plan is worse
+    fit = gfx.refit(first, _observe(first, true), mg=mg, cost_model=AnalyticCostModel(wrong), fit=("links",))
+    # the refitted link prices every size as the true one does (exact at the probed sizes, affine
+    # between and beyond them)
+    for n in (*LINK_PROBE_BYTES, 256 * 1024, 16 * 2**20):
+        got = fit.cost_model.collective_time_s("all_reduce", n, list(range(WORLD)))
+        want = true.collective_time_s("all_reduce", n, list(range(WORLD)))
+        assert got == pytest.approx(want, rel=0.02), n
+    assert fit.factors.fwd == {} and fit.factors.optimizer == 1.0 and fit.factors.memory == 1.0
+    again = gfx.plan(mg, wrong, global_batch_size=8, progress=False, cost_model=fit.cost_model)
+    assert _price(again, mg, right) <= 1.01 * correct.predicted.step_time_s
+    # the refit predicts the running plan's measured step (the overhead takes what the parts miss)
+    assert fit.refitted_step_s == pytest.approx(fit.measured_step_s, rel=1e-6)
+    assert any("links:" in line for line in fit.lines())
+
+
+def test_compute_memory_and_optimizer_factors_are_the_measured_ratios(setup):
+    mg, right, _ = setup
+    plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    cm = AnalyticCostModel(right)
+    peak, fixed, variable = peak_split(plan)
+    assert 0 < fixed < peak and variable > 0
+    obs = _observe(plan, cm, compute=2.0, peak_bytes=fixed + 2 * variable, step_s=2 * plan.predicted.step_time_s)
+    obs = dataclasses.replace(obs, optimizer_s=3 * obs.optimizer_s)
+    f = fit_factors(plan, obs, cm)
+    assert f.fwd and all(v == pytest.approx(2.0) for v in [*f.fwd.values(), *f.bwd.values()])
+    assert f.optimizer == pytest.approx(3.0) and f.memory == pytest.approx(2.0)
+    fit = gfx.refit(plan, obs, mg=mg, cost_model=cm)
+    assert fit.refitted_peak_bytes == pytest.approx(obs.peak_bytes, rel=0.01)
+    assert fit.refitted_step_s == pytest.approx(obs.step_s, rel=1e-6)
+    # layers twice as slow: the refitted layer figures are twice the base ones
+    layer = mg.layers[1]
+    base_f, base_b = cm.layer_times_s(mg, layer, batch_fraction=0.5)
+    got_f, got_b = fit.cost_model.layer_times_s(mg, layer, batch_fraction=0.5)
+    assert (got_f, got_b) == (pytest.approx(2 * base_f), pytest.approx(2 * base_b))
+    # a layer kind the run did not see takes the median factor
+    assert fit.factors.compute_default == pytest.approx(2.0)
+
+
+def test_factors_are_bounded_and_a_bad_fit_name_says_what_to_choose(setup):
+    mg, right, _ = setup
+    plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    cm = AnalyticCostModel(right)
+    f = fit_factors(plan, _observe(plan, cm, compute=1e6), cm)
+    assert max(f.fwd.values()) == FACTOR_BOUND
+    f = fit_factors(plan, _observe(plan, cm, compute=0.0), cm)  # nothing measured: no correction
+    assert set(f.fwd.values()) == {1.0}
+    with pytest.raises(ValueError, match="choose from"):
+        fit_factors(plan, _observe(plan, cm), cm, fit=("links", "speed"))
+    # a tier no collective was timed on keeps its price
+    m = RefitCostModel(cm, Factors())
+    assert m.collective_time_s("all_reduce", 2**20, [0, 1]) == cm.collective_time_s("all_reduce", 2**20, [0, 1])
