@@ -36,6 +36,12 @@ def local_cpu(world_size: int | None = None, *, nodes: int = 1, devices_per_node
                           + (f" of {devices_per_node}" if devices_per_node is not None else "")
                           + "; pass nodes= and devices_per_node= whose product is the world size")
     one = _one_node(world_size, cache_dir)
+    if one.num_nodes == nodes:
+        return one  # a profile of this layout (torchrun agents as nodes): its per-node device kinds
+    if one.num_nodes > 1:  # a profile of another layout: its first node's device for every node
+        kind = one.node_kinds[0]
+        one = dataclasses.replace(one, num_nodes=1, devices_per_node=world_size, node_kinds=(kind,),
+                                  device_specs={kind: one.device_specs[kind]})
     if nodes == 1:
         return one
     return dataclasses.replace(one, name=f"{one.name}-{nodes}x{world_size // nodes}", num_nodes=nodes,

@@ -28,8 +28,8 @@ def config(family: str, **overrides):
                             embd_pdrop=0.0, attn_pdrop=0.0, **common, **overrides)
     if family in ("llama", "qwen2"):
         cls = T.LlamaConfig if family == "llama" else T.Qwen2Config
-        return cls(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=128, vocab_size=VOCAB, **common, **overrides)
+        return cls(**{**dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=128, vocab_size=VOCAB, **common), **overrides})
     if family == "bert":
         return T.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                             vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,

@@ -33,6 +33,7 @@ import dataclasses
 import argparse
 import logging
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 from galvatron_fx.cluster import Collective, TierName
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import hostname, make_fingerprint
+from galvatron_fx.host import cpu_model, hostname, make_fingerprint
 from galvatron_fx.limits import load_json
 from galvatron_fx.profiler.device_probes import (
     measure_comm_buffers,
@@ -52,10 +53,13 @@ from galvatron_fx.profiler.device_probes import (
 )
 from galvatron_fx.profiler.hardware_profile import (
     HardwareProfile,
+    NodeDevice,
     build_cluster,
     cache_path,
     current_fingerprint_fields,
     detect_slow_links,
+    matmul_peaks,
+    node_kinds,
     slow_node_links,
     profile_from_dict,
 )
@@ -295,12 +299,13 @@ def profile_hardware(
             sync()
         context_bytes = outside_allocator_bytes(device) if device.type == "cuda" else 0
 
-        hosts: list[str] = [""] * world
-        dist.all_gather_object(hosts, hostname())
+        named: list[Any] = [None] * world
+        dist.all_gather_object(named, (node_name(), hostname()))
+        hosts = [n for n, _ in named]  # the nodes: hosts, or torchrun's agents where one host runs several
         host_order = list(dict.fromkeys(hosts))
         node_of_rank = [host_order.index(h) for h in hosts]
         per_host = [node_of_rank.count(i) for i in range(len(host_order))]
-        fields = current_fingerprint_fields(backend=be, world_size=world, num_hosts=len(host_order))
+        fields = current_fingerprint_fields(backend=be, world_size=world, num_hosts=len({h for _, h in named}))
         fp = make_fingerprint(fields)
         cpath = cache_path(fp, cache_dir)
         # rank 0 decides and shares the cached text (other hosts may not see its disk)
@@ -384,7 +389,9 @@ def profile_hardware(
             bar.step("overlap")
 
         gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, (local, compute_rows, mem_bw, overlap_info))
+        dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu:{cpu_model()}"[:80]
+        dev_mem = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+        dist.all_gather_object(gathered, (local, compute_rows, mem_bw, overlap_info, dev_name, dev_mem))
 
         # ------------------------------------------------------------------ combine on every rank
         node_of = lambda r: node_of_rank[r]  # noqa: E731
@@ -407,12 +414,15 @@ def profile_hardware(
         for msg in slow if rank == 0 else []:
             logger.warning(msg)
 
+        nodes = _node_devices(gathered, node_of_rank, len(host_order)) if compute else None
+        for msg in _slow_node_lines(nodes, host_order) if rank == 0 and nodes else []:
+            logger.warning(msg)
         compute_rows = gathered[0][1]
         mem_bw = max(g[2] for g in gathered)
         overlap_info = gathered[0][3]
         cluster = build_cluster(
             rows, compute_rows, mem_bw, overlap_info, backend=be, device=device, num_nodes=len(host_order), dpn=dpn,
-            fingerprint=fp, hosts=host_order, colls_supported=colls,
+            fingerprint=fp, hosts=host_order, colls_supported=colls, nodes=nodes,
         )
         # node pairs whose measured link is slow: the planner lays stages off them
         cluster = dataclasses.replace(cluster, slow_links=slow_node_links(pair_bw, node_of))
@@ -438,6 +448,40 @@ def profile_hardware(
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def node_name() -> str:
+    """This rank's node: its host, and under torchrun its agent (``GROUP_RANK``; several agents
+    on one host are several nodes, as torchrun numbers them)."""
+    group = os.environ.get("GROUP_RANK")
+    return hostname() if group is None or os.environ.get("GFX_NODE_BY_HOST") else f"{hostname()}#{group}"
+
+
+def _node_devices(gathered, node_of_rank: Sequence[int], num_nodes: int) -> list[NodeDevice]:
+    """Per node, its ranks' device name and memory and the medians of their matmul peaks and
+    memory bandwidths (``gathered``: each rank's ``(..., compute rows, bandwidth, ..., name, memory)``)."""
+    out = []
+    for i in range(num_nodes):
+        mine = [g for r, g in enumerate(gathered) if node_of_rank[r] == i]
+        peaks = [matmul_peaks(g[1]) for g in mine]
+        dtypes = sorted({d for p in peaks for d in p})
+        out.append(NodeDevice(name=mine[0][4], memory_bytes=int(min(g[5] for g in mine)),
+                              peak_flops={d: statistics.median(p[d] for p in peaks if d in p) for d in dtypes},
+                              memory_bandwidth_bytes_s=statistics.median(g[2] for g in mine)))
+    return out
+
+
+def _slow_node_lines(nodes: Sequence[NodeDevice], names: Sequence[str]) -> list[str]:
+    kinds, ref = node_kinds(nodes)
+    out = []
+    for i, (k, n) in enumerate(zip(kinds, nodes)):
+        if k != n.name:
+            top = ref[n.name] if n.name in ref else max((m for m in nodes if m.name == n.name),
+                                                         key=lambda m: m.peak_flops.get("float32", 0.0))
+            ratio = n.peak_flops.get("float32", 0.0) / max(top.peak_flops.get("float32", 0.0), 1e-9)
+            out.append(f"node {i} ({names[i]}) multiplies matrices at {ratio:.2f}× its fastest peer's rate: "
+                       f"profiled as its own device kind {k!r}; the planner gives it less work")
+    return out
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -44,7 +44,7 @@ from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
 from galvatron_fx.limits import load_json
 
-__all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "build_cluster", "cache_path", "current_fingerprint_fields",
+__all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "NodeDevice", "build_cluster", "node_kinds", "cache_path", "current_fingerprint_fields",
            "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict", "slow_node_links"]
 
 PROFILE_SCHEMA_VERSION = 1
@@ -271,15 +271,66 @@ def detect_slow_links(
 # the caching allocator's reserve at the peak, which a synthetic profile cannot provoke: max
 # reserved / max allocated in LLM training runs on A100s (see the presets in galvatron_fx.cluster)
 GPU_ALLOCATOR_FACTOR = 1.25
+# a node whose matmul rate is under this × its fastest peer's (same device) is its own device kind
+SLOW_NODE_RATIO = 0.67
+
+
+def matmul_peaks(compute_rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Dtype -> the fastest matmul's FLOP/s among ``compute_rows``."""
+    peak: dict[str, float] = {}
+    for r in compute_rows:
+        if r["op"] == "matmul":
+            peak[r["dtype"]] = max(peak.get(r["dtype"], 0.0), r["flops_s"])
+    return peak
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """What one node's ranks measured of their devices: the device's name and memory, and per
+    dtype the median over the node's ranks of each rank's fastest matmul, and the median memory
+    bandwidth."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: Mapping[str, float]
+    memory_bandwidth_bytes_s: float
+
+
+def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float | None = None) -> tuple[list[str], dict[str, NodeDevice]]:
+    """Each node's device kind, and per kind the node whose figures it takes. Nodes of one
+    device name are one kind, at the fastest such node's figures, unless a node's float32 (else
+    first) matmul rate is under ``slow_ratio`` × that fastest one's: that node is its own kind,
+    ``"<name> @node<i>"``, at its own figures (a slowed, throttled or shared node; the planner
+    places stages per kind)."""
+    slow_ratio = SLOW_NODE_RATIO if slow_ratio is None else slow_ratio
+
+    def rate(n: NodeDevice) -> float:
+        return n.peak_flops.get("float32") or next(iter(n.peak_flops.values()), 0.0)
+
+    best: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        if n.name not in best or rate(n) > rate(nodes[best[n.name]]):
+            best[n.name] = i
+    kinds, ref = [], {}
+    for i, n in enumerate(nodes):
+        top = nodes[best[n.name]]
+        kind = n.name if rate(n) >= slow_ratio * rate(top) else f"{n.name} @node{i}"[:96]
+        kinds.append(kind)
+        ref.setdefault(kind, top if kind == n.name else n)
+    return kinds, ref
 
 
 def build_cluster(
-    rows, compute_rows, mem_bw, overlap_info, *, backend, device, num_nodes, dpn, fingerprint, hosts, colls_supported
+    rows, compute_rows, mem_bw, overlap_info, *, backend, device, num_nodes, dpn, fingerprint, hosts, colls_supported,
+    nodes: Sequence[NodeDevice] | None = None,
 ) -> Cluster:
     """The ``Cluster`` a profiling run measured: link tiers from the fits of ``rows`` (latency the
     smallest group's all-reduce alpha, bus bandwidth from the largest group's beta), device peaks
     from the fastest matmul per dtype, overlap slowdown from ``overlap_info``; on GPUs the fixed
-    costs per kernel and layer call and the context and communicator memory measured."""
+    costs per kernel and layer call and the context and communicator memory measured. ``nodes``
+    (one per node, as measured there): nodes of another device, or one much slower than its
+    peers (:func:`node_kinds`), get their own device kind and spec; without it every node is
+    rank 0's device."""
     import torch
 
     fits = fit_rows(rows)
@@ -293,10 +344,7 @@ def build_cluster(
         except (ValueError, OSError):
             host_mem = 8 * 2**30
         memory = host_mem // dpn
-    peak = {}
-    for r in compute_rows:
-        if r["op"] == "matmul":
-            peak[r["dtype"]] = max(peak.get(r["dtype"], 0.0), r["flops_s"])
+    peak = matmul_peaks(compute_rows)
     if not peak:
         peak = {"float32": 20e9}
     # GPUs: the host's fixed costs and the memory beside the tensors, as measured (a CPU's
@@ -332,13 +380,26 @@ def build_cluster(
                 bw = bandwidth_factor(Collective.ALL_REDUCE, n) / ar[n].beta_s_per_byte
         return LinkTier(name=name, latency_s=lat, bandwidth_bytes_s=bw, fits=f)
 
+    specs, per_node = {kind: spec}, (kind,) * num_nodes
+    if nodes is not None and len(nodes) == num_nodes and num_nodes > 1:
+        kinds, ref = node_kinds(nodes)
+        if len(ref) > 1:
+            specs = {}
+            for k, n in ref.items():
+                own = dataclasses.replace(spec, kind=k, peak_flops=dict(n.peak_flops) or spec.peak_flops,
+                                          memory_bandwidth_bytes_s=n.memory_bandwidth_bytes_s or mem_bw or 10e9)
+                if device.type == "cuda" and n.memory_bytes:
+                    own = dataclasses.replace(own, memory_bytes=int(n.memory_bytes))
+                specs[k] = own
+            per_node = tuple(kinds)
+
     gpu = backend == "nccl"
     return Cluster(
         name=f"profiled-{hosts[0]}" + (f"x{num_nodes}" if num_nodes > 1 else ""),
         num_nodes=num_nodes,
         devices_per_node=dpn,
-        device_specs={kind: spec},
-        node_kinds=(kind,) * num_nodes,
+        device_specs=specs,
+        node_kinds=per_node,
         intra_node=tier(TierName.INTRA_NODE, 10e-6 if gpu else 50e-6, 100e9 if gpu else 1e9),
         inter_node=tier(TierName.INTER_NODE, 25e-6 if gpu else 100e-6, 20e9 if gpu else 1.25e9),
         overlap_slowdown=float(overlap_info.get("slowdown", 1.0 if not gpu else 1.2)),
