@@ -83,6 +83,30 @@ def check_same_plan(plan: ParallelPlan) -> None:
                         "or plan on one rank and broadcast it")
 
 
+def _captured_everywhere(capture: Callable[[], Any]):
+    """``capture()`` on every rank, its outcome agreed over the world: a rank where it fails
+    raises its own error; where it fails on some ranks only (a model whose forward depends on the
+    rank or the host), the others raise an ``UnsupportedModelError`` naming those ranks and their
+    error instead of going on to wait in the runtime's first collective. Collective."""
+    from galvatron_fx.errors import UnsupportedModelError
+
+    error: BaseException | None = None
+    try:
+        mg = capture()
+    except Exception as e:  # every rank must hear of it
+        mg, error = None, e
+    every: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, None if error is None else f"{type(error).__name__}: {str(error)[:600]}")
+    if error is not None:
+        raise error
+    failed = [r for r, e in enumerate(every) if e is not None]
+    if failed:
+        raise UnsupportedModelError(f"capturing the model failed on rank(s) {failed} ({every[failed[0]]}), not on "
+                                    f"rank {dist.get_rank()}: the model's forward must trace alike on every rank "
+                                    "(no branches on the rank, host or process-local state)")
+    return mg
+
+
 def plan_on_rank0(search: Callable[[], ParallelPlan]) -> ParallelPlan:
     """``search()`` on rank 0, its plan broadcast to every rank (or its error, so that no rank
     waits for a plan that will not come): one search instead of one per rank, and one plan by
@@ -297,7 +321,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
     micro = plan.global_batch_size // plan.num_microbatches
     runtime_model = _runtime_model(model, plan.precision)
     args, kwargs = _resized(example_inputs, example_kwargs, micro)
-    mg = gfx.capture(runtime_model, args, loss_fn, example_kwargs=kwargs)
+    mg = _captured_everywhere(lambda: gfx.capture(runtime_model, args, loss_fn, example_kwargs=kwargs))
     if given:
         _check_given(plan, mg, model, args, kwargs, loss_fn, cluster)
     _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)

@@ -281,11 +281,34 @@ def _job_batches(tmp: str) -> dict:
     return out
 
 
+def _job_capture_on_one_rank(tmp: str) -> dict:
+    """A Hugging Face model whose forward fails to trace on rank 1 only: compile (searched on
+    rank 0, where it traces) raises on both ranks instead of leaving rank 0 waiting."""
+    import sys
+
+    import torch.distributed as dist
+
+    import galvatron_fx as gfx
+
+    sys.path.insert(0, str(HERE.parent))
+    import hf_tiny
+
+    model, inputs = hf_tiny.build("llama")
+    if dist.get_rank() == 1:
+        def broken(*a, **k):
+            raise RuntimeError("this rank's forward cannot be traced")
+        model.model.norm.forward = broken
+    t0 = time.perf_counter()
+    out = _outcome(lambda: gfx.compile(model, gfx.Cluster.local_cpu(2), inputs, global_batch_size=4,
+                                       search={"pp": (1,)}))
+    return {"outcome": out, "seconds": time.perf_counter() - t0}
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     run_jobs(rank, tmp, [(k, lambda f=f: f(tmp)) for k, f in
                          [("reload", _job_reload), ("malicious", _job_malicious), ("plans", _job_plans),
-                          ("batches", _job_batches)]])
+                          ("batches", _job_batches), ("capture_one_rank", _job_capture_on_one_rank)]])
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +364,11 @@ def test_different_batches_on_the_ranks_are_refused_on_every_rank(world2):
         assert "rank 1 got other values of input 'idx'" in r[0][k], r[0][k]
     assert "at step 1" in r[0]["first_step"] and "at step 4" in r[0]["later_step"]
     assert r[0]["equal_step"] == "no error" and r[0]["unchecked_step"] == "no error", r
+
+
+def test_a_capture_that_fails_on_one_rank_raises_on_every_rank(world2):
+    first = assert_ok(world2, "capture_one_rank")
+    assert "UnsupportedModelError: capturing the model failed on rank(s) [1]" in first["outcome"], first
+    assert "cannot be traced" in first["outcome"]
+    assert "cannot be traced" in world2[1]["capture_one_rank"]["outcome"]
+    assert max(r["capture_one_rank"]["seconds"] for r in world2.values()) < 60  # no collective timeout
