@@ -1,12 +1,14 @@
 """A cost model refitted from what a run measured (the closed loop's fit).
 
-Contract: :func:`galvatron_fx.search.refit.refit` (``galvatron_fx.refit``) takes a plan, the :class:`~galvatron_fx.runtime.observe.Observations` of
-training it (per-layer forward and backward seconds per step, the gradient sync and optimizer
-seconds, all-reduces timed on the plan's own process groups, the step's wall time and, where
-measured, the peak of tensor memory) and the cost model the plan was priced by, and returns a
-:class:`Refit`: a :class:`RefitCostModel` — the base model with bounded correction factors — and
-the plan's prediction under it; this module fits the factors (:func:`fit_factors`) and
-wraps the model, the search's module prices the plan under it. Nothing is executed from the observations; they are numbers.
+Contract: :func:`galvatron_fx.search.refit.refit` (``galvatron_fx.refit``) takes a plan, the
+:class:`~galvatron_fx.runtime.observe.Observations` of training it (per-layer forward and
+backward seconds per step, the gradient sync and optimizer seconds, all-reduces timed on the
+plan's own process groups, the step's wall time and, where measured, the peak of tensor memory)
+and the cost model the plan was priced by, and returns a :class:`Refit`: a
+:class:`RefitCostModel` — the base model with bounded correction factors — and the plan's
+prediction under it. This module fits the factors (:func:`fit_factors`) and wraps the model;
+the search's module prices the plan under it. Nothing is executed from the observations; they
+are numbers.
 
 The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``; a factor the observations do
 not inform stays 1):
@@ -70,8 +72,8 @@ class Factors:
     fwd: Mapping[str, float] = field(default_factory=dict)  # layer kind -> factor
     bwd: Mapping[str, float] = field(default_factory=dict)
     # tier name -> (a, b, a0, b0): the measured all-reduce time a + b·bytes and the base model's
-    # a0 + b0·bytes over the probed sizes; a collective of n bytes is scaled by their ratio at n
-    # (latency and bandwidth may be off by different factors)
+    # a0 + b0·bytes over the probed sizes: a price's latency part is scaled by a / a0, the rest by
+    # b / b0 (latency and bandwidth may be off by different factors)
     links: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)
     optimizer: float = 1.0
     memory: float = 1.0
@@ -266,7 +268,7 @@ def fit_factors(plan, observations, cost_model, fit: tuple[str, ...] = FITS) -> 
     pred_optim = plan.predicted.breakdown.get("optimizer", 0.0)
     optimizer = _bounded(obs.optimizer_s / pred_optim) if pred_optim > 0 and obs.optimizer_s > 0 \
         and "optimizer" in fit else 1.0
-    peak, fixed, variable = peak_split(plan)
+    _, fixed, variable = peak_split(plan)
     memory = 1.0
     if obs.peak_bytes and variable > 0 and "memory" in fit:
         memory = min(10.0, max(0.1, (obs.peak_bytes - fixed) / variable))

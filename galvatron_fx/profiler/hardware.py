@@ -60,6 +60,7 @@ from galvatron_fx.profiler.hardware_profile import (
     detect_slow_links,
     matmul_peaks,
     node_kinds,
+    node_rate,
     slow_node_links,
     profile_from_dict,
 )
@@ -452,7 +453,8 @@ def profile_hardware(
 
 def node_name() -> str:
     """This rank's node: its host, and under torchrun its agent (``GROUP_RANK``; several agents
-    on one host are several nodes, as torchrun numbers them)."""
+    on one host are several nodes, as torchrun numbers them). ``GFX_NODE_BY_HOST=1``: the host
+    alone (agents of one host are one node)."""
     group = os.environ.get("GROUP_RANK")
     return hostname() if group is None or os.environ.get("GFX_NODE_BY_HOST") else f"{hostname()}#{group}"
 
@@ -472,16 +474,12 @@ def _node_devices(gathered, node_of_rank: Sequence[int], num_nodes: int) -> list
 
 
 def _slow_node_lines(nodes: Sequence[NodeDevice], names: Sequence[str]) -> list[str]:
+    """A warning per node profiled as its own kind for its speed (its device's fastest node is
+    always of the device's own kind)."""
     kinds, ref = node_kinds(nodes)
-    out = []
-    for i, (k, n) in enumerate(zip(kinds, nodes)):
-        if k != n.name:
-            top = ref[n.name] if n.name in ref else max((m for m in nodes if m.name == n.name),
-                                                         key=lambda m: m.peak_flops.get("float32", 0.0))
-            ratio = n.peak_flops.get("float32", 0.0) / max(top.peak_flops.get("float32", 0.0), 1e-9)
-            out.append(f"node {i} ({names[i]}) multiplies matrices at {ratio:.2f}× its fastest peer's rate: "
-                       f"profiled as its own device kind {k!r}; the planner gives it less work")
-    return out
+    return [f"node {i} ({names[i]}) multiplies matrices at {node_rate(n) / max(node_rate(ref[n.name]), 1e-9):.2f}× "
+            f"its fastest peer's rate: profiled as its own device kind {k!r}; the planner gives it less work"
+            for i, (k, n) in enumerate(zip(kinds, nodes)) if k != n.name]
 
 
 # ---------------------------------------------------------------------------- CLI

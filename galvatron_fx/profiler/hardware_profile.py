@@ -44,8 +44,8 @@ from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
 from galvatron_fx.limits import load_json
 
-__all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "NodeDevice", "build_cluster", "node_kinds", "cache_path", "current_fingerprint_fields",
-           "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict", "slow_node_links"]
+__all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "NodeDevice", "build_cluster", "cache_path",
+           "current_fingerprint_fields", "detect_slow_links", "node_kinds", "node_rate", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict", "slow_node_links"]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -296,6 +296,11 @@ class NodeDevice:
     memory_bandwidth_bytes_s: float
 
 
+def node_rate(n: NodeDevice) -> float:
+    """The matmul rate nodes are compared by: float32's, else the first dtype measured."""
+    return n.peak_flops.get("float32") or next(iter(n.peak_flops.values()), 0.0)
+
+
 def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float | None = None) -> tuple[list[str], dict[str, NodeDevice]]:
     """Each node's device kind, and per kind the node whose figures it takes. Nodes of one
     device name are one kind, at the fastest such node's figures, unless a node's float32 (else
@@ -303,10 +308,7 @@ def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float | None = None) 
     ``"<name> @node<i>"``, at its own figures (a slowed, throttled or shared node; the planner
     places stages per kind)."""
     slow_ratio = SLOW_NODE_RATIO if slow_ratio is None else slow_ratio
-
-    def rate(n: NodeDevice) -> float:
-        return n.peak_flops.get("float32") or next(iter(n.peak_flops.values()), 0.0)
-
+    rate = node_rate
     best: dict[str, int] = {}
     for i, n in enumerate(nodes):
         if n.name not in best or rate(n) > rate(nodes[best[n.name]]):

@@ -29,28 +29,26 @@ LOSS_TOL = 2e-5
 SPACE = {"pp": (2,), "tp": (1,), "dp_types": ("ddp",), "recompute": ("none",), "sp": ("none",)}
 
 
-class _Stretch:
-    """A ``TorchDispatchMode`` factory: every non-collective op on plain tensors followed by a
-    sleep of its own time × (stretch − 1)."""
+def _stretch_mode(stretch: float):
+    """A ``TorchDispatchMode``: every non-collective op on plain tensors followed by a sleep of its
+    own time × (stretch − 1)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    def __new__(cls, stretch: float):
-        import torch
-        from torch.distributed.tensor import DTensor
-        from torch.utils._python_dispatch import TorchDispatchMode
+    class Stretch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # a DTensor's op: its own dispatch runs the local ops (stretched)
+            if any(t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in types):
+                return func(*args, **(kwargs or {}))  # fake tensors (capture): nothing is computed
+            t0 = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            if func.namespace not in ("c10d", "_c10d_functional", "c10d_functional", "_dtensor"):
+                time.sleep((time.perf_counter() - t0) * (stretch - 1))
+            return out
 
-        class Stretch(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if any(issubclass(t, DTensor) for t in types):
-                    return NotImplemented  # a DTensor's op: its own dispatch runs the local ops (stretched)
-                if any(t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in types):
-                    return func(*args, **(kwargs or {}))  # fake tensors (capture): nothing is computed
-                t0 = time.perf_counter()
-                out = func(*args, **(kwargs or {}))
-                if func.namespace not in ("c10d", "_c10d_functional", "c10d_functional", "_dtensor"):
-                    time.sleep((time.perf_counter() - t0) * (stretch - 1))
-                return out
-
-        return Stretch()
+    return Stretch()
 
 
 def _run(pm, model, batches, steps: int) -> tuple[list[float], float]:
@@ -118,7 +116,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     os.environ["GROUP_RANK"] = str(rank // 2)  # two "agents" of two ranks
     init_gloo(rank, world, port)
     if rank // 2 == 1:
-        _Stretch(STRETCH).__enter__()  # the whole process: the profile and the training
+        _stretch_mode(STRETCH).__enter__()  # the whole process: the profile and the training
     run_jobs(rank, tmp, [("slow", lambda: _slow_node(tmp))])
 
 

@@ -3,6 +3,7 @@ device, or a node of another device, is its own kind; noise between equal nodes 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -72,11 +73,10 @@ def test_local_cpu_keeps_a_profiled_layouts_kinds(tmp_path):
 
     base = gfx.Cluster.local_cpu(4, cache_dir=tmp_path)
     fast = base.device(0)
-    slow = type(fast)(**{**fast.__dict__, "kind": f"{fast.kind} @node1",
-                         "peak_flops": {k: v / 3 for k, v in fast.peak_flops.items()}})
-    two = type(base)(**{**base.__dict__, "num_nodes": 2, "devices_per_node": 2,
-                        "device_specs": {fast.kind: fast, slow.kind: slow}, "node_kinds": (fast.kind, slow.kind),
-                        "fingerprint": local_fingerprint(4)})
+    slow = dataclasses.replace(fast, kind=f"{fast.kind} @node1",
+                               peak_flops={k: v / 3 for k, v in fast.peak_flops.items()})
+    two = dataclasses.replace(base, num_nodes=2, devices_per_node=2, device_specs={fast.kind: fast, slow.kind: slow},
+                              node_kinds=(fast.kind, slow.kind), fingerprint=local_fingerprint(4))
     (tmp_path / f"hardware-{local_fingerprint(4)}.json").write_text(json.dumps({"cluster": two.to_dict()}))
     got = gfx.Cluster.local_cpu(nodes=2, devices_per_node=2, cache_dir=tmp_path)
     assert got.node_kinds == (fast.kind, slow.kind)
