@@ -44,7 +44,8 @@ def _pair(mg, cache, tp: int, vocab: bool) -> dict:
     """The head + loss choices the planner prices at ``tp`` (the fastest of each layout pair)."""
     from galvatron_fx.ir.strategy import DPType
     from galvatron_fx.recompute import Recompute
-    from galvatron_fx.search.candidates import SearchSpace, layer_choices, transition_s
+    from galvatron_fx.search.candidates import SearchSpace, layer_choices
+    from galvatron_fx.search.transitions import transition_s
 
     space = SearchSpace(tp=(tp,), dp_types=(DPType.DDP,), recompute=(Recompute.NONE,), vocab_parallel=vocab)
     head, loss = mg.layers[-2], mg.layers[-1]

@@ -5,8 +5,8 @@ Contract: :class:`OptionCache` solves the intra-layer ILP once per (layer kind, 
 head and its loss once per layout of the logits between them, whole or vocab-sharded — and
 keeps the :class:`~galvatron_fx.ir.layer_option.LayerOption`s; :func:`layer_choices` turns
 options into :class:`LayerChoice` records for one stage configuration (its devices, the
-samples per micro-batch, micro-batches per step and in flight), and :func:`transition_s` prices
-the reshard of the hidden state between two consecutive choices.
+samples per micro-batch, micro-batches per step and in flight); :mod:`~galvatron_fx.search.transitions`
+prices the reshard of the hidden state between two consecutive choices and prunes dominated ones.
 
 Terms (per rank of the stage, ``D`` devices, a layer with tensor-parallel degree ``tp`` has
 ``dp = D / tp`` data-parallel replicas; ``s`` samples per micro-batch over the stage, so each
@@ -46,11 +46,9 @@ import contextvars
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch.distributed.tensor import Shard as TorchShard
 
@@ -58,7 +56,6 @@ from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.grad_sync import wire_entry
 from galvatron_fx.cost_models.memory import LayerMemory, TPShard
-from galvatron_fx.cost_models.reshard import Layout, Replicate, Shard
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
@@ -66,7 +63,6 @@ from galvatron_fx.cost_models.offload import can_offload, offload_cost
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
-from galvatron_fx.ir.placements import parse_placement
 from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
@@ -571,52 +567,3 @@ def _fsdp_comm_s(cm: CostModel, dpt: DPType, gather_bytes: int, reduce_bytes: in
     rs = cm.collective_time_s(Collective.REDUCE_SCATTER, reduce_bytes, ranks, gap_s=gap)
     ag = cm.collective_time_s(Collective.ALL_GATHER, gather_bytes, ranks, gap_s=gap)
     return m * (rs + (n - 1) * ag)
-
-
-def transition_s(cm: CostModel, a: LayerChoice, b: LayerChoice, nbytes: int, ndim: int,
-                 ranks: Sequence[int]) -> float:
-    """Forward + backward seconds to reshard the hidden state from choice ``a`` to ``b``."""
-    if (a.dp, a.strategy.tp, a.out_layout) == (b.dp, b.strategy.tp, b.in_layout):
-        return 0.0
-    src = Layout((a.dp, a.strategy.tp), (Shard(0), _tp_placement(a.out_layout)))
-    dst = Layout((b.dp, b.strategy.tp), (Shard(0), _tp_placement(b.in_layout)))
-    fwd = cm.reshard_time_s(nbytes, src, dst, list(ranks), max(ndim, 2))
-    bwd = cm.reshard_time_s(nbytes, dst, src, list(ranks), max(ndim, 2))
-    return fwd + bwd
-
-
-def _tp_placement(s: str):
-    p = parse_placement(s)
-    return p if isinstance(p, Shard) else Replicate()
-
-
-def transition_matrix(cm: CostModel, prev: list[LayerChoice], cur: list[LayerChoice], nbytes: int,
-                      ndim: int, ranks: Sequence[int], num_microbatches: int) -> np.ndarray:
-    """Per-step transition seconds between every pair of choices (computed once per layout pair)."""
-    memo: dict[tuple, float] = {}
-    out = np.zeros((len(prev), len(cur)))
-    for i, a in enumerate(prev):
-        ka = (a.dp, a.strategy.tp, a.out_layout)
-        for j, b in enumerate(cur):
-            kb = (b.dp, b.strategy.tp, b.in_layout)
-            if (ka, kb) not in memo:
-                memo[(ka, kb)] = num_microbatches * transition_s(cm, a, b, nbytes, ndim, ranks)
-            out[i, j] = memo[(ka, kb)]
-    return out
-
-
-def prune_dominated(choices: list[LayerChoice], m: int, in_flight: int) -> list[LayerChoice]:
-    """Drop every choice that another with the same layouts beats or ties in time, memory and
-    temporary memory (so no optimum is lost)."""
-    keep: list[LayerChoice] = []
-    by_layout: dict[tuple, list[LayerChoice]] = {}
-    for c in choices:
-        by_layout.setdefault((c.dp, c.strategy.tp, c.in_layout, c.out_layout), []).append(c)
-    for group in by_layout.values():
-        pts = [(c.step_time_s(m), c.mem_bytes(in_flight), c.memory.temp_bytes, i) for i, c in enumerate(group)]
-        for t, mb, tmp, i in pts:
-            dominated = any(t2 <= t and m2 <= mb and tmp2 <= tmp and ((t2, m2, tmp2) != (t, mb, tmp) or j < i)
-                            for t2, m2, tmp2, j in pts if j != i)
-            if not dominated:
-                keep.append(group[i])
-    return keep

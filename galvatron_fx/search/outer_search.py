@@ -38,8 +38,8 @@ its own ranks — compute at its device's speed (a stage spanning kinds at its s
 whose pace its data-parallel groups keep), memory within its device's budget
 (:func:`~galvatron_fx.cost_models.memory.tensor_budget_bytes` of its ranks: the user's budget
 capping each device's own memory; a stage spanning kinds gets its smallest). Step 2 then balances
-each stage's own fastest times within its own memory (:func:`_min_max_split`, an exact DP over
-contiguous splits, ``O(pp · n²)`` vectorised, keeping each stage's layers' least memories within
+each stage's own fastest times within its own memory
+(:func:`~galvatron_fx.search.stage_split.min_max_split`, an exact DP over contiguous splits, ``O(pp · n²)`` vectorised, keeping each stage's layers' least memories within
 its budget where any split can: faster or bigger stages take more layers), step 4 climbs on the
 same per-stage prices, and the lower bound takes each layer on its fastest kind. Clusters of one
 kind take none of this path (their plans and search times are as before).
@@ -72,18 +72,18 @@ from galvatron_fx.search.candidates import (
     OptionCache,
     SearchSpace,
     layer_choices,
-    prune_dominated,
-    transition_matrix,
 )
 from galvatron_fx.search.layer_dp import ChainProblem, min_memory, solve_chain
+from galvatron_fx.search.no_plan import _why_none
+from galvatron_fx.search.stage_split import StageSplit
+from galvatron_fx.search.transitions import prune_dominated, transition_matrix
 
 HOST_PRICE_ROUNDS = 8
-from galvatron_fx.search.no_plan import _why_none
 
 log = logging.getLogger(__name__)
 
 
-class _Search:
+class _Search(StageSplit):
     """One search: shared caches for all (pp, m, schedule) points."""
 
     def __init__(self, mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSpace,
@@ -464,82 +464,6 @@ class _Search:
         vals = [m for m in vals if self.global_batch % m == 0]
         return vals[:1] if self.microbatches == "fewest" else vals
 
-    def stage_weights(self, n_chunks: int, devices: int, samples: int, m: int) -> np.ndarray:
-        """``(n_chunks, layers)``: each layer's fastest step time on each chunk's stage (its own
-        ranks and device kind; heterogeneous clusters only)."""
-        pp = self.world // devices
-        rows = {}
-        out = np.empty((n_chunks, len(self.layers)))
-        for c in range(n_chunks):
-            ranks = self.ranks_of(pp, c % pp)
-            if ranks not in rows:
-                rows[ranks] = [min(x.step_time_s(m) for x in self.choices(i, devices, samples, m, ranks))
-                               for i in range(len(self.layers))]
-            out[c] = rows[ranks]
-        return out
-
-    def stage_room(self, devices: int, samples: int, m: int, in_flight: list[int]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        """``(need, room)``: each layer's least memory on each chunk's stage with that chunk's
-        micro-batches in flight, ``(n_chunks, layers)``, and each chunk's share of its stage's
-        budget — a chunk whose layers' least memories add up beyond it cannot fit (a necessary
-        condition: heterogeneous clusters only)."""
-        n_chunks = len(in_flight)
-        pp, v = self.world // devices, n_chunks // (self.world // devices)
-        need = np.empty((n_chunks, len(self.layers)))
-        room = np.empty(n_chunks)
-        for c in range(n_chunks):
-            ranks = self.ranks_of(pp, c % pp)
-            need[c] = [min(x.mem_bytes(in_flight[c]) for x in self.choices(i, devices, samples, m, ranks))
-                       for i in range(len(self.layers))]
-            room[c] = self.stage_budget(ranks) // v
-        return need, room
-
-    def balanced_bounds(self, pp: int, devices: int, samples: int, m: int,
-                        in_flight: list[int] | None = None) -> list[int] | None:
-        """Stage starts minimising the largest stage's fastest time (binary search on the cap,
-        greedy packing — exact for contiguous partitions). On a heterogeneous cluster each stage
-        at its own speed and, given the chunks' micro-batches ``in_flight``, within its own
-        memory where some split allows (:func:`_min_max_split`)."""
-        n = len(self.layers)
-        if pp > n:
-            return None
-        if self.hetero:
-            w = self.stage_weights(pp, devices, samples, m)
-            if in_flight is not None:
-                bounds = _min_max_split(w, *self.stage_room(devices, samples, m, in_flight))
-                if bounds is not None:
-                    return bounds
-            return _min_max_split(w)
-        w = [min(c.step_time_s(m) for c in self.choices(i, devices, samples, m)) for i in range(n)]
-
-        def pack(cap: float) -> list[int] | None:
-            starts, acc = [0], 0.0
-            for i, x in enumerate(w):
-                if acc + x > cap and acc > 0:
-                    starts.append(i)
-                    acc = 0.0
-                acc += x
-            return starts if len(starts) <= pp else None
-
-        lo, hi = max(w), sum(w)
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if pack(mid) is None:
-                lo = mid
-            else:
-                hi = mid
-        starts = pack(hi) or [0]
-        # split the longest stages until there are exactly pp (each non-empty)
-        while len(starts) < pp:
-            edges = starts + [n]
-            sizes = [(edges[k + 1] - edges[k], k) for k in range(len(starts))]
-            size, k = max(sizes)
-            if size < 2:
-                return None
-            starts.insert(k + 1, edges[k] + size // 2)
-        return starts
-
     def search_point(self, pp: int, m: int, schedule: str, best_so_far: float) -> _Candidate | None:
         samples = self.global_batch // m
         devices = self.world // pp
@@ -640,44 +564,6 @@ class _Search:
 def _virtual(schedule: str) -> int:
     """Model chunks per rank: two under interleaved 1F1B (Megatron's usual), else one."""
     return 2 if schedule == "interleaved_1f1b" else 1
-
-
-def _min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarray | None = None
-                   ) -> list[int] | None:
-    """Starts of the contiguous split of layers ``0..n`` into ``k = len(w)`` non-empty stages,
-    stage ``s`` costing ``Σ w[s, its layers]``, that minimises the largest stage: the DP
-    ``best[s][j] = min_i max(best[s−1][i], W_s[j] − W_s[i])`` over prefix sums ``W_s``, one
-    vectorised row per (stage, end). With ``need`` (like ``w``) and ``room`` (per stage), only
-    splits whose every stage keeps ``Σ need[s, its layers] ≤ room[s]``; None when none does."""
-    k, n = w.shape
-    prefix = np.concatenate([np.zeros((k, 1)), np.cumsum(w, axis=1)], axis=1)  # (k, n+1)
-    held = None if need is None else np.concatenate([np.zeros((k, 1)), np.cumsum(need, axis=1)], axis=1)
-
-    def cost_of(s: int, j: int, lo: int, prev: np.ndarray) -> np.ndarray:  # stage s takes layers i..j-1, i ≥ lo
-        cost = np.maximum(prev, prefix[s, j] - prefix[s, lo:j])
-        if held is not None:
-            cost[held[s, j] - held[s, lo:j] > room[s]] = np.inf
-        return cost
-
-    best = np.full(n + 1, np.inf)
-    best[1:] = prefix[0, 1:]  # the first stage ends at j
-    if held is not None:
-        best[1:][held[0, 1:] > room[0]] = np.inf
-    arg = np.zeros((k, n + 1), dtype=np.int64)
-    for s in range(1, k):
-        new = np.full(n + 1, np.inf)
-        for j in range(s + 1, n - (k - 1 - s) + 1):  # leave a layer for every later stage
-            cost = cost_of(s, j, s, best[s:j])
-            i = int(np.argmin(cost))
-            new[j], arg[s, j] = cost[i], s + i
-        best = new
-    if not np.isfinite(best[n]):
-        return None
-    starts, j = [], n
-    for s in range(k - 1, 0, -1):
-        j = int(arg[s, j])
-        starts.append(j)
-    return [0] + starts[::-1]
 
 
 def _round_up(a: np.ndarray, step: int) -> np.ndarray:

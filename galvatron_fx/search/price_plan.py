@@ -29,7 +29,8 @@ from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.passes.decompose_layer import check_placements, decompose_layer
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.assemble_plan import _assemble, _StageResult
-from galvatron_fx.search.candidates import OptionCache, SearchSpace, transition_s
+from galvatron_fx.search.candidates import OptionCache, SearchSpace
+from galvatron_fx.search.transitions import transition_s
 from galvatron_fx.search.intra_layer import option_from_placements
 from galvatron_fx.search.outer_search import _Search
 

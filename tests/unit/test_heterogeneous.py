@@ -16,7 +16,7 @@ from galvatron_fx import topology, zoo
 from galvatron_fx.cluster import heterogeneous
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.ir.strategy import Precision
-from galvatron_fx.search.outer_search import _min_max_split
+from galvatron_fx.search.stage_split import min_max_split
 from galvatron_fx.search.price_plan import price_plan
 
 GiB = 2**30
@@ -161,7 +161,7 @@ def test_min_max_split_is_exact_with_per_stage_speeds_and_memory():
                 continue
             cost = max(w[s, edges[s]:edges[s + 1]].sum() for s in range(k))
             best = cost if best is None else min(best, cost)
-        got = _min_max_split(w, need, room)
+        got = min_max_split(w, need, room)
         if best is None:
             assert got is None
             continue
