@@ -18,19 +18,18 @@ Terms
     stage lies inside one node and no choice remains.
 
 Algorithm
-    :func:`stage_nodes` searches the partitions of the nodes into ``pp`` equal groups for the one
-    whose slowest in-stage link is fastest (ties: the fewest slow in-stage pairs, then the
-    node-major order), exhaustively over the assignments of the nodes that touch a slow link
-    (others fill the remaining places in order) when there are at most 50,000, else by pairwise
-    swaps from the node-major order. Without slow links, or without whole nodes per stage, the
-    stages are contiguous blocks of ranks (node-major).
-
-    Heterogeneous clusters (nodes of several device kinds, ``Cluster.node_kinds``), without slow
-    links: each stage of whole nodes takes nodes of one kind where a runnable layout allows it —
-    the nodes grouped by kind (kinds in order of their first node, nodes ascending within a kind)
-    and cut into ``pp`` equal groups; where that leaves a stage on two kinds or cannot run
-    (:func:`runnable`), the contiguous blocks, whose stages spanning kinds the planner prices by
-    their slowest member and smallest memory. Slow links take precedence over kinds.
+    :func:`stage_nodes` searches the runnable partitions of the nodes into ``pp`` equal groups
+    for the best by, in order: the fewest stages spanning device kinds (heterogeneous clusters,
+    ``Cluster.node_kinds``: such a stage computes every micro-batch at its slowest member's pace
+    and holds its smallest memory, while a slow link inside a stage slows only its gradient
+    sums), the fastest slowest in-stage link, the fewest slow in-stage pairs, then the node-major
+    order. The search is exhaustive over the assignments of the nodes that matter (every node
+    when kinds differ, else those on a slow link; others fill the remaining places in order)
+    when there are at most 50,000, else pairwise swaps from the best of the node-major, the
+    round-robin and the grouped-by-kind layouts (kinds in order of their first node, nodes
+    ascending within a kind). Without slow links or several kinds, or without whole nodes per
+    stage, the stages are contiguous blocks of ranks (node-major); a stage left spanning kinds
+    is priced by the planner at its slowest member and smallest memory.
 """
 
 from __future__ import annotations
@@ -91,29 +90,25 @@ def slowed(tier: LinkTier, factor: float) -> LinkTier:
 
 def stage_ranks(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
     """The ranks of each of ``pp`` stages (``pp`` divides the world): contiguous blocks, unless
-    slow links and whole nodes per stage (``pp`` dividing the nodes) leave a choice (module doc);
-    then each stage's nodes' ranks, node by node."""
+    slow links or nodes of several kinds, with whole nodes per stage (``pp`` dividing the nodes),
+    leave a choice (module doc); then each stage's nodes' ranks, node by node."""
     n, dpn, k = cluster.num_nodes, cluster.devices_per_node, cluster.world_size // pp
-    if not cluster.slow_links and pp < n and n % pp == 0 and len(set(cluster.node_kinds)) > 1:
-        groups = _by_kind(cluster.node_kinds, pp)
-        if groups is not None:
-            return tuple(tuple(r for node in g for r in range(node * dpn, (node + 1) * dpn)) for g in groups)
-    if not cluster.slow_links or pp >= n or n % pp:
+    kinds = tuple(cluster.node_kinds)
+    mixed = len(set(kinds)) > 1
+    if not (cluster.slow_links or mixed) or pp >= n or n % pp:
         return tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
-    groups = _best_partition(n, pp, cluster.slow_links)
+    groups = _best_partition(n, pp, tuple(cluster.slow_links), kinds if mixed else ())
     return tuple(tuple(r for node in g for r in range(node * dpn, (node + 1) * dpn)) for g in groups)
 
 
 def _by_kind(kinds: Sequence[str], pp: int) -> tuple[tuple[int, ...], ...] | None:
     """Nodes grouped by device kind and cut into ``pp`` equal stages, in pipeline order (module
-    doc), when each stage then holds one kind and the pipeline can run it; else None."""
+    doc), when the pipeline can run that; else None."""
     first = {k: kinds.index(k) for k in kinds}
     order = sorted(range(len(kinds)), key=lambda i: (first[kinds[i]], i))
     k = len(kinds) // pp
-    groups = sorted(tuple(sorted(order[s * k:(s + 1) * k])) for s in range(pp))
-    if any(len({kinds[i] for i in g}) > 1 for g in groups) or not runnable(groups):
-        return None
-    return tuple(groups)
+    groups = tuple(sorted(tuple(sorted(order[s * k:(s + 1) * k])) for s in range(pp)))
+    return groups if runnable(groups) else None
 
 
 def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
@@ -122,25 +117,30 @@ def stage_nodes(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(sorted({r // dpn for r in ranks})) for ranks in stage_ranks(cluster, pp))
 
 
-def _score(groups: Sequence[Sequence[int]], links: tuple[tuple[int, int, float], ...]) -> tuple[float, int]:
-    """(−the slowest in-stage link's factor, slow pairs inside stages): smaller is better."""
+def _score(groups: Sequence[Sequence[int]], links: tuple[tuple[int, int, float], ...],
+           kinds: tuple[str, ...]) -> tuple[int, float, int]:
+    """(stages spanning device kinds, −the slowest in-stage link's factor, slow pairs inside
+    stages): smaller is better."""
     worst, count = 1.0, 0
     for g in groups:
         span = set(g)
         for a, b, f in links:
             if a in span and b in span:
                 worst, count = min(worst, f), count + 1
-    return (-worst, count)
+    mixed = sum(len({kinds[i] for i in g}) > 1 for g in groups) if kinds else 0
+    return (mixed, -worst, count)
 
 
 @lru_cache(maxsize=256)
-def _best_partition(n: int, pp: int, links: tuple[tuple[int, int, float], ...]) -> tuple[tuple[int, ...], ...]:
+def _best_partition(n: int, pp: int, links: tuple[tuple[int, int, float], ...],
+                    kinds: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     k = n // pp
     identity = tuple(tuple(range(s * k, (s + 1) * k)) for s in range(pp))
-    best, best_key = identity, (_score(identity, links), 0)
-    touched = sorted({x for a, b, _ in links for x in (a, b)})
+    best, best_key = identity, (_score(identity, links, kinds), 0)
+    # the nodes whose stage matters: every node when kinds differ, else those on a slow link
+    touched = list(range(n)) if kinds else sorted({x for a, b, _ in links for x in (a, b)})
     if pp ** len(touched) > _EXHAUSTIVE:
-        return _greedy(n, pp, links, best)
+        return _greedy(n, pp, links, kinds, best)
     rest = [x for x in range(n) if x not in touched]
     # every assignment of the touched nodes to stages (stage capacity k), the others filling in order
     for stages in itertools.product(range(pp), repeat=len(touched)):
@@ -154,7 +154,7 @@ def _best_partition(n: int, pp: int, links: tuple[tuple[int, int, float], ...]) 
         cand = tuple(sorted(tuple(sorted(g)) for g in groups))  # stages by first node, nodes ascending
         if not runnable(cand):
             continue
-        key = (_score(cand, links), _moved(cand, identity))
+        key = (_score(cand, links, kinds), _moved(cand, identity))
         if key < best_key:
             best, best_key = cand, key
     return best
@@ -175,13 +175,14 @@ def _moved(groups: Sequence[Sequence[int]], identity: Sequence[Sequence[int]]) -
     return sum(len(set(g) - set(i)) for g, i in zip(groups, identity))
 
 
-def _greedy(n: int, pp: int, links: tuple[tuple[int, int, float], ...],
+def _greedy(n: int, pp: int, links: tuple[tuple[int, int, float], ...], kinds: tuple[str, ...],
             start: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    """Many slow links: the better of the node-major and the round-robin layout (stage ``s`` on
-    nodes ``s, s + pp, …``: neighbours apart), then swaps of two nodes between stages while the
-    score improves and the pipeline can run the result."""
+    """Many choices: the best of the node-major layout, the round-robin one (stage ``s`` on nodes
+    ``s, s + pp, …``: neighbours apart) and the nodes grouped by kind, then swaps of two nodes
+    between stages while the score improves and the pipeline can run the result."""
     strided = tuple(tuple(range(s, n, pp)) for s in range(pp))
-    best = min((start, strided), key=lambda g: _score(g, links))
+    starts = [start, strided] + ([g] if kinds and (g := _by_kind(kinds, pp)) else [])
+    best = min(starts, key=lambda g: _score(g, links, kinds))
     improved = True
     while improved:
         improved = False
@@ -190,6 +191,6 @@ def _greedy(n: int, pp: int, links: tuple[tuple[int, int, float], ...],
                 groups = [list(g) for g in best]
                 groups[s][i], groups[t][j] = groups[t][j], groups[s][i]
                 cand = tuple(sorted(tuple(sorted(g)) for g in groups))
-                if runnable(cand) and _score(cand, links) < _score(best, links):
+                if runnable(cand) and _score(cand, links, kinds) < _score(best, links, kinds):
                     best, improved = cand, True
     return best

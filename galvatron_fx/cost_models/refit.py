@@ -13,13 +13,14 @@ are numbers.
 The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``; a factor the observations do
 not inform stays 1):
 
-- *compute*, per layer kind and direction: the measured seconds of the kind's layers over their
-  predicted ``fwd_s`` / ``bwd_s`` (sums over the kind's layers on the observed ranks: a ratio of
-  sums, so small layers weigh little). A layer's measured time is what its call takes, its
-  tensor-parallel collectives and FSDP's gathers included, as the plan's per-layer figures
-  price them apart; the factor carries that. Kinds not observed (another plan's layer kinds are
-  the same model's) take the median factor; ``node_time_s`` (the intra-layer ILP's operator
-  prices) takes the median too.
+- *compute*, per layer kind and direction: the measured seconds of the kind's layers, less the
+  collectives that ran inside their calls (``comm_s``: tensor-parallel collectives, FSDP's gathers
+  and reduce-scatters, as the link-refitted model prices them; what is left is at least
+  ``MIN_COMPUTE_SHARE`` of the measured), over their predicted ``fwd_s`` / ``bwd_s`` (sums over
+  the kind's layers on the observed ranks: a ratio of sums, so small layers weigh little). The
+  plan prices those collectives apart from the compute, so leaving them in would count them twice.
+  Kinds not observed (another plan's layer kinds are the same model's) take the median factor;
+  ``node_time_s`` (the intra-layer ILP's operator prices) takes the median too.
 - *links*, per tier (intra-node, inter-node): the measured all-reduces as ``a + b·bytes`` and
   the cost model's seconds for the same bytes and ranks as ``a0 + b0·bytes`` (least squares over
   the probed sizes). Every collective, redistribution and send the model prices on that tier is
@@ -34,9 +35,9 @@ not inform stays 1):
   checked to the byte against ``MemTracker``) and the rest (activations and temporaries: ``V``):
   activations and temporaries are scaled by ``(M - F) / V``.
 - *step overhead*: what the step's wall time holds beyond the priced parts after the factors
-  (the training loop's own seconds: the loss, guards, Python between layers), a constant per
-  step added to every plan's prediction (``Refit.overhead_s``; bounded to ``[-½, 1] ×`` the
-  measured step).
+  (the training loop's own seconds: guards, Python between layers, waits the model does not
+  price), a constant per step added to every plan's prediction (``Refit.overhead_s``; bounded to
+  ``[-½, 1] ×`` the measured step).
 
 The refitted prediction of the observed plan is :func:`~galvatron_fx.search.price_plan.price_plan`
 under the refitted model plus the overhead; another plan is priced the same way by the search.
@@ -54,9 +55,13 @@ from typing import Any
 from galvatron_fx.cluster import TierName
 from galvatron_fx.cost_models.memory import LayerMemory
 
-__all__ = ["FACTOR_BOUND", "FITS", "Factors", "Refit", "RefitCostModel", "fit_factors", "peak_split"]
+__all__ = ["FACTOR_BOUND", "FITS", "MIN_COMPUTE_SHARE", "Factors", "Refit", "RefitCostModel", "fit_factors",
+           "peak_split"]
 
 FACTOR_BOUND = 50.0
+# a layer's measured seconds less its priced in-call collectives keep at least this share of the
+# measured: a price over the interval says the link fit is off there, not that the layer is free
+MIN_COMPUTE_SHARE = 0.1
 
 
 def _bounded(x: float) -> float:
@@ -232,11 +237,14 @@ def peak_split(plan) -> tuple[int, int, int]:
 FITS = ("compute", "links", "optimizer", "memory")
 
 
-def fit_factors(plan, observations, cost_model, fit: tuple[str, ...] = FITS) -> Factors:
+def fit_factors(plan, observations, cost_model, fit: tuple[str, ...] = FITS,
+                comm_s: Mapping[str, tuple[float, float]] | None = None) -> Factors:
     """The bounded correction :class:`Factors` of ``cost_model`` (the model ``plan`` was priced
     by) from ``observations`` of running ``plan`` (see the module doc; the step overhead needs the
     refitted price and is :func:`galvatron_fx.search.refit.refit`'s). ``fit``: which factors to
-    fit (of :data:`FITS`; the others stay 1)."""
+    fit (of :data:`FITS`; the others stay 1). ``comm_s``: per layer name, the seconds per step of
+    the collectives inside its forward and backward calls, taken off its measured seconds (none
+    when not given)."""
     unknown = set(fit) - set(FITS)
     if unknown:
         raise ValueError(f"refit fit={fit!r}: unknown {sorted(unknown)}; choose from {FITS}")
@@ -248,9 +256,10 @@ def fit_factors(plan, observations, cost_model, fit: tuple[str, ...] = FITS) -> 
         lp = by_name.get(name)
         if lp is None:
             continue
+        cf, cb = (comm_s or {}).get(name, (0.0, 0.0))
         acc = sums.setdefault(kind_of[name], [0.0, 0.0, 0.0, 0.0])
-        acc[0] += f
-        acc[1] += b
+        acc[0] += max(f - cf, MIN_COMPUTE_SHARE * f)
+        acc[1] += max(b - cb, MIN_COMPUTE_SHARE * b)
         acc[2] += lp.predicted.fwd_s
         acc[3] += lp.predicted.bwd_s
     compute = "compute" in fit

@@ -3,7 +3,9 @@
 ``refit(plan, observations, mg=..., cost_model=...)`` fits the bounded factors of
 :mod:`galvatron_fx.cost_models.refit` (compute per layer kind, links per tier, optimizer,
 activation memory) from the :class:`~galvatron_fx.runtime.observe.Observations` of training
-``plan``, prices the plan under the refitted model with
+``plan`` — the compute factors from each layer's measured seconds less the collectives inside its
+calls, priced by the link-refitted model (:func:`in_call_comm_s`) —, prices the plan under the
+refitted model with
 :func:`~galvatron_fx.search.price_plan.price_plan`, and takes what the measured step holds beyond
 that price as a constant step overhead (bounded to ``[-½, 1] ×`` the measured step). The
 activation-memory factor starts at the ratio of the measured peak's variable part to the
@@ -22,7 +24,7 @@ import dataclasses
 from galvatron_fx.cost_models.refit import FITS, Refit, RefitCostModel, fit_factors, peak_split
 from galvatron_fx.search.price_plan import price_plan
 
-__all__ = ["refit"]
+__all__ = ["in_call_comm_s", "refit"]
 
 MEMORY_ITERATIONS = 6
 MEMORY_TOLERANCE = 0.005
@@ -40,7 +42,10 @@ def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FIT
 
         cost_model = AnalyticCostModel(Cluster.from_dict(plan.cluster), precision=Precision.named(plan.precision))
     obs = observations
-    factors = fit_factors(plan, obs, cost_model, tuple(fit))
+    links = fit_factors(plan, obs, cost_model, ("links",) if "links" in fit else ())
+    linked = RefitCostModel(cost_model, links)
+    comm = in_call_comm_s(price_plan(plan, mg, linked), linked)
+    factors = fit_factors(plan, obs, cost_model, tuple(fit), comm_s=comm)
     model = RefitCostModel(cost_model, factors)
     priced = price_plan(plan, mg, model)
     peak, fixed, _ = peak_split(plan)
@@ -64,3 +69,29 @@ def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FIT
                  refitted_step_s=priced.predicted.step_time_s + overhead,
                  measured_peak_bytes=obs.peak_bytes, predicted_peak_bytes=peak,
                  refitted_peak_bytes=max(priced.predicted.peak_memory_bytes))
+
+
+def in_call_comm_s(plan, cost_model) -> dict[str, tuple[float, float]]:
+    """Per layer of ``plan`` (priced by ``cost_model``), the seconds per step its collectives add
+    inside its forward and its backward calls: tensor-parallel collectives and FSDP's gathers and
+    reduce-scatters, not a DDP layer's bucketed all-reduce (the gradient sync runs it). That is
+    the layer's priced (exposed) ``comm_s`` less the full price of its once-a-step collectives,
+    split between the phases as the full prices of their collectives (``LayerPlan.collectives``,
+    per micro-batch, on the stage's tp or dp group)."""
+    out = {}
+    m = plan.num_microbatches
+    for lp in plan.layers:
+        ranks = plan.stage_ranks[lp.stage]
+        full = {"fwd": 0.0, "bwd": 0.0, "step": 0.0}
+        for c in lp.collectives:
+            size = c["group_size"]
+            group = list(ranks[:size]) if c["axis"] == "tp" else list(ranks[::lp.strategy.tp][:size])
+            if size > 1 and c["bytes"] > 0 and c["phase"] in full:
+                t = cost_model.collective_time_s(c["op"], c["bytes"], group)
+                full[c["phase"]] += t if c["phase"] == "step" else m * t
+        inside = full["fwd"] + full["bwd"]
+        if inside <= 0:
+            continue
+        exposed = min(max(lp.predicted.comm_s - full["step"], 0.0), inside)
+        out[lp.name] = (exposed * full["fwd"] / inside, exposed * full["bwd"] / inside)
+    return out

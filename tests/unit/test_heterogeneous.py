@@ -148,6 +148,21 @@ def test_stages_keep_to_one_device_kind_where_the_pipeline_can_run():
     assert topology.stage_nodes(gfx.Cluster.preset("dgx-a100-80g", nodes=4), 2) == ((0, 1), (2, 3))
 
 
+def test_stages_keep_to_one_kind_first_and_off_slow_links_among_those():
+    a, h = gfx.Cluster.preset("dgx-a100-80g"), gfx.Cluster.preset("dgx-h100")
+
+    def slow(cluster, *pairs):
+        return dataclasses.replace(cluster, slow_links=tuple((x, y, 0.1) for x, y in pairs))
+
+    # A A H H with a slow link inside the A pair: splitting it would put both kinds in each stage
+    assert topology.stage_nodes(slow(heterogeneous("aahh", [a, a, h, h]), (0, 1)), 2) == ((0, 1), (2, 3))
+    # four stages of two: every layout of one kind per stage is tried, and the slow links
+    # (0-1 among the A100s, 4-5 among the H100s) are left between stages
+    four = slow(heterogeneous("a4h4", [a] * 4 + [h] * 4), (0, 1), (4, 5))
+    assert topology.stage_nodes(four, 4) == ((0, 2), (1, 3), (4, 6), (5, 7))
+    assert topology.stage_nodes(dataclasses.replace(four, slow_links=()), 4) == ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
 def test_min_max_split_is_exact_with_per_stage_speeds_and_memory():
     rng = np.random.default_rng(0)
     for _ in range(200):

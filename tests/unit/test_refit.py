@@ -13,6 +13,7 @@ from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.cost_models.refit import FACTOR_BOUND, Factors, RefitCostModel, fit_factors, peak_split
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
+from galvatron_fx.search.refit import in_call_comm_s
 
 WORLD = 4
 
@@ -32,12 +33,14 @@ def setup(tmp_path_factory):
     return mg, cl, wrong
 
 
-def _observe(plan, true_model, *, compute=1.0, peak_bytes=None, step_s=None, sizes=LINK_PROBE_BYTES):
+def _observe(plan, mg, true_model, *, compute=1.0, peak_bytes=None, step_s=None, sizes=LINK_PROBE_BYTES):
     """What running ``plan`` would measure if ``true_model`` were the machine, layers ``compute``×
-    the plan's own figures."""
+    the plan's own figures, plus the collectives inside their calls at the true model's price."""
     ranks = tuple(range(WORLD))
     coll = tuple(("all_reduce", n, ranks, true_model.collective_time_s("all_reduce", n, list(ranks))) for n in sizes)
-    layer_s = {lp.name: (compute * lp.predicted.fwd_s, compute * lp.predicted.bwd_s) for lp in plan.layers}
+    comm = in_call_comm_s(gfx.price_plan(plan, mg, true_model), true_model)
+    layer_s = {lp.name: (compute * lp.predicted.fwd_s + comm.get(lp.name, (0, 0))[0],
+                         compute * lp.predicted.bwd_s + comm.get(lp.name, (0, 0))[1]) for lp in plan.layers}
     return Observations(plan_hash=plan.plan_hash(), steps=3, layer_s=layer_s, sync_s=0.0,
                         optimizer_s=plan.predicted.breakdown.get("optimizer", 0.0),
                         step_s=step_s if step_s is not None else plan.predicted.step_time_s,
@@ -54,7 +57,7 @@ def test_a_link_20x_too_slow_comes_back_to_its_measured_rate_and_the_plan_to_the
     first = gfx.plan(mg, wrong, global_batch_size=8, progress=False)
     correct = gfx.plan(mg, right, global_batch_size=8, progress=False)
     assert _price(first, mg, right) > 1.05 * correct.predicted.step_time_s  # the wrong model's plan is worse
-    fit = gfx.refit(first, _observe(first, true), mg=mg, cost_model=AnalyticCostModel(wrong), fit=("links",))
+    fit = gfx.refit(first, _observe(first, mg, true), mg=mg, cost_model=AnalyticCostModel(wrong), fit=("links",))
     # the refitted link prices every size as the true one does (exact at the probed sizes, affine
     # between and beyond them)
     for n in (*LINK_PROBE_BYTES, 256 * 1024, 16 * 2**20):
@@ -75,14 +78,22 @@ def test_compute_memory_and_optimizer_factors_are_the_measured_ratios(setup):
     cm = AnalyticCostModel(right)
     peak, fixed, variable = peak_split(plan)
     assert 0 < fixed < peak and variable > 0
-    obs = _observe(plan, cm, compute=2.0, peak_bytes=fixed + 2 * variable, step_s=2 * plan.predicted.step_time_s)
+    # the machine: layers computing twice as slow as the plan's figures, the optimizer three times
+    kinds = {lp.kind: 2.0 for lp in plan.layers}
+    machine = RefitCostModel(cm, Factors(fwd=kinds, bwd=kinds, optimizer=3.0))
+    step_s = gfx.price_plan(plan, mg, machine).predicted.step_time_s
+    obs = _observe(plan, mg, cm, compute=2.0, peak_bytes=fixed + 2 * variable, step_s=step_s)
     obs = dataclasses.replace(obs, optimizer_s=3 * obs.optimizer_s)
-    f = fit_factors(plan, obs, cm)
-    assert f.fwd and all(v == pytest.approx(2.0) for v in [*f.fwd.values(), *f.bwd.values()])
-    assert f.optimizer == pytest.approx(3.0) and f.memory == pytest.approx(2.0)
+    assert any(sum(obs.layer_s[n]) > 2 * sum(lp.predicted.fwd_s + lp.predicted.bwd_s for lp in plan.layers
+                                              if lp.name == n) for n in obs.layer_s)  # collectives in the calls
+    f = fit_factors(plan, obs, cm)  # the calls' collectives left in: the compute factors carry them
+    assert max(f.fwd.values()) > 2.0 and f.optimizer == pytest.approx(3.0) and f.memory == pytest.approx(2.0)
     fit = gfx.refit(plan, obs, mg=mg, cost_model=cm)
+    f = fit.factors  # taken off: the compute factors are the layers' own
+    assert f.fwd and all(v == pytest.approx(2.0) for v in [*f.fwd.values(), *f.bwd.values()])
     assert fit.refitted_peak_bytes == pytest.approx(obs.peak_bytes, rel=0.01)
     assert fit.refitted_step_s == pytest.approx(obs.step_s, rel=1e-6)
+    assert abs(fit.overhead_s) < 1e-3 * obs.step_s  # the parts price the whole step: nothing is counted twice
     # layers twice as slow: the refitted layer figures are twice the base ones
     layer = mg.layers[1]
     base_f, base_b = cm.layer_times_s(mg, layer, batch_fraction=0.5)
@@ -96,12 +107,14 @@ def test_factors_are_bounded_and_a_bad_fit_name_says_what_to_choose(setup):
     mg, right, _ = setup
     plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
     cm = AnalyticCostModel(right)
-    f = fit_factors(plan, _observe(plan, cm, compute=1e6), cm)
+    f = fit_factors(plan, _observe(plan, mg, cm, compute=1e6), cm)
     assert max(f.fwd.values()) == FACTOR_BOUND
-    f = fit_factors(plan, _observe(plan, cm, compute=0.0), cm)  # nothing measured: no correction
+    obs = _observe(plan, mg, cm)
+    f = fit_factors(plan, dataclasses.replace(obs, layer_s={n: (0.0, 0.0) for n in obs.layer_s}), cm)
+    # nothing measured: no correction
     assert set(f.fwd.values()) == {1.0}
     with pytest.raises(ValueError, match="choose from"):
-        fit_factors(plan, _observe(plan, cm), cm, fit=("links", "speed"))
+        fit_factors(plan, _observe(plan, mg, cm), cm, fit=("links", "speed"))
     # a tier no collective was timed on keeps its price
     m = RefitCostModel(cm, Factors())
     assert m.collective_time_s("all_reduce", 2**20, [0, 1]) == cm.collective_time_s("all_reduce", 2**20, [0, 1])
