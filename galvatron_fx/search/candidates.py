@@ -321,7 +321,6 @@ def layer_choices(
     devices_per_node: int,
 ) -> list[LayerChoice]:
     """All priced choices of ``layer`` in a stage of ``devices`` ranks (see module doc)."""
-    cm = cache.cost_model
     out: list[LayerChoice] = []
     # every trainable parameter the layer reads (the runtime keeps a copy per reader: memory and
     # the optimizer count it), of which the gradients it owns are summed over dp (a tied weight's

@@ -211,10 +211,6 @@ def test_case_times_are_recorded(world2):
     print("wall s per case, rank 0:", {k: round(v["wall_s"], 1) for k, v in world2[0].items()})
 
 
-def test_case_times_are_recorded(world2):
-    print("wall s per case, rank 0:", {k: round(v["wall_s"], 1) for k, v in world2[0].items()})
-
-
 def test_errors_reach_every_rank(world2):
     assert_ok(world2, "errors")
     for rank in world2:

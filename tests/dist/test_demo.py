@@ -71,3 +71,20 @@ def test_report(demo) -> None:
     assert (out / "plan.json").exists() and (out / "report.md").read_text().startswith("# gpt-tiny")
     page = (out / "report.html").read_text()  # the page `make demo` leaves: plan and measurements
     assert 'id="timeline"' in page and 'id="pvm"' in page and 'id="loss_chart"' in page
+
+
+def test_the_progressive_context_example_switches_plans_and_the_loss_continues() -> None:
+    """``examples/progressive_context.py`` at world 2, 3 steps a phase: a plan per sequence length
+    (64, 128, 256), each phase starting from where the last one left the model."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2",
+           str(ROOT / "examples" / "progressive_context.py"), "--steps", "3"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    phases = re.findall(r"^sequence (\d+): .*; loss ([\d.]+) -> ([\d.]+); median step", proc.stdout, re.M)
+    assert [int(p[0]) for p in phases] == [64, 128, 256]
+    assert len(re.findall(r"^re-planned for sequence \d+: .*switched", proc.stdout, re.M)) == 2
+    # each phase starts below where the first began: the trained model carried over
+    first = float(phases[0][1])
+    assert all(float(p[1]) < first for p in phases[1:]), phases
