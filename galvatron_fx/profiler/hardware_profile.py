@@ -44,8 +44,9 @@ from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
 from galvatron_fx.limits import load_json
 
-__all__ = ["PROFILE_SCHEMA_VERSION", "HardwareProfile", "NodeDevice", "build_cluster", "cache_path",
-           "current_fingerprint_fields", "detect_slow_links", "node_kinds", "node_rate", "fit_alpha_beta", "fit_rows", "load_profile", "profile_from_dict", "slow_node_links"]
+__all__ = ["PROFILE_SCHEMA_VERSION", "SLOW_NODE_RATIO", "HardwareProfile", "NodeDevice", "build_cluster", "cache_path",
+           "current_fingerprint_fields", "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile",
+           "matmul_peaks", "node_kinds", "node_rate", "profile_from_dict", "slow_node_links"]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -301,13 +302,13 @@ def node_rate(n: NodeDevice) -> float:
     return n.peak_flops.get("float32") or next(iter(n.peak_flops.values()), 0.0)
 
 
-def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float | None = None) -> tuple[list[str], dict[str, NodeDevice]]:
+def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float = SLOW_NODE_RATIO
+               ) -> tuple[list[str], dict[str, NodeDevice]]:
     """Each node's device kind, and per kind the node whose figures it takes. Nodes of one
     device name are one kind, at the fastest such node's figures, unless a node's float32 (else
     first) matmul rate is under ``slow_ratio`` × that fastest one's: that node is its own kind,
     ``"<name> @node<i>"``, at its own figures (a slowed, throttled or shared node; the planner
     places stages per kind)."""
-    slow_ratio = SLOW_NODE_RATIO if slow_ratio is None else slow_ratio
     rate = node_rate
     best: dict[str, int] = {}
     for i, n in enumerate(nodes):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from galvatron_fx.cost_models.refit import FITS, Refit, RefitCostModel, fit_factors, peak_split
+from galvatron_fx.ir.plan_report import group_ranks
 from galvatron_fx.search.price_plan import price_plan
 
 __all__ = ["in_call_comm_s", "refit"]
@@ -81,13 +82,11 @@ def in_call_comm_s(plan, cost_model) -> dict[str, tuple[float, float]]:
     out = {}
     m = plan.num_microbatches
     for lp in plan.layers:
-        ranks = plan.stage_ranks[lp.stage]
+        groups = group_ranks(plan, lp)
         full = {"fwd": 0.0, "bwd": 0.0, "step": 0.0}
         for c in lp.collectives:
-            size = c["group_size"]
-            group = list(ranks[:size]) if c["axis"] == "tp" else list(ranks[::lp.strategy.tp][:size])
-            if size > 1 and c["bytes"] > 0 and c["phase"] in full:
-                t = cost_model.collective_time_s(c["op"], c["bytes"], group)
+            if c["group_size"] > 1 and c["bytes"] > 0 and c["phase"] in full:
+                t = cost_model.collective_time_s(c["op"], c["bytes"], groups[c["axis"]][0])
                 full[c["phase"]] += t if c["phase"] == "step" else m * t
         inside = full["fwd"] + full["bwd"]
         if inside <= 0:
