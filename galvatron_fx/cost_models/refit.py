@@ -10,8 +10,8 @@ prediction under it. This module fits the factors (:func:`fit_factors`) and wrap
 the search's module prices the plan under it. Nothing is executed from the observations; they
 are numbers.
 
-The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``; a factor the observations do
-not inform stays 1):
+The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``, a link's to
+``[1/LINK_FACTOR_BOUND, LINK_FACTOR_BOUND]``; a factor the observations do not inform stays 1):
 
 - *compute*, per layer kind and direction: the measured seconds of the kind's layers, less the
   collectives that ran inside their calls (``comm_s``: tensor-parallel collectives, FSDP's gathers
@@ -24,7 +24,7 @@ not inform stays 1):
 - *links*, per tier (intra-node, inter-node): the measured all-reduces as ``a + b·bytes`` and
   the cost model's seconds for the same bytes and ranks as ``a0 + b0·bytes`` (least squares over
   the probed sizes). Every collective, redistribution and send the model prices on that tier is
-  split into its latency part (its price of one byte), scaled by ``a / a0``, and the rest, scaled
+  split into its latency part (its intercept in the bytes), scaled by ``a / a0``, and the rest, scaled
   by ``b / b0``: the link's measured latency and bandwidth against the modelled ones, whatever the
   collective (an all-gather of ``n`` bytes moves half an all-reduce's). A link the model thinks
   10× slower than it is comes back to its measured rate at every size and for every collective
@@ -55,19 +55,24 @@ from typing import Any
 from galvatron_fx.cluster import TierName
 from galvatron_fx.cost_models.memory import LayerMemory
 
-__all__ = ["FACTOR_BOUND", "FITS", "MIN_COMPUTE_SHARE", "Factors", "Refit", "RefitCostModel", "fit_factors",
+__all__ = ["FACTOR_BOUND", "FITS", "LINK_FACTOR_BOUND", "MIN_COMPUTE_SHARE", "Factors", "Refit", "RefitCostModel", "fit_factors",
            "peak_split"]
 
 FACTOR_BOUND = 50.0
+# a described link can be off by more than compute: NVLink's rate taken for Ethernet's is ~200×
+# (the probes time the link itself, where a layer's interval holds other work)
+LINK_FACTOR_BOUND = 1000.0
+# a price's intercept in the bytes (its latency part) is taken from this size and twice it
+LATENCY_PROBE_BYTES = 1 << 16
 # a layer's measured seconds less its priced in-call collectives keep at least this share of the
 # measured: a price over the interval says the link fit is off there, not that the layer is free
 MIN_COMPUTE_SHARE = 0.1
 
 
-def _bounded(x: float) -> float:
+def _bounded(x: float, bound: float = FACTOR_BOUND) -> float:
     if not math.isfinite(x) or x <= 0:
         return 1.0
-    return min(FACTOR_BOUND, max(1.0 / FACTOR_BOUND, x))
+    return min(bound, max(1.0 / bound, x))
 
 
 @dataclass(frozen=True)
@@ -126,19 +131,23 @@ class RefitCostModel:
         return self.factors.links.get(str(tier))
 
     def _scaled(self, price, nbytes, ranks) -> float:
-        """``price(nbytes)`` with its latency part (``price(1)``) scaled by the tier's measured
-        over modelled latency and the rest by the measured over modelled seconds per byte."""
+        """``price(nbytes)`` with its latency part (its intercept in the bytes) scaled by the
+        tier's measured over modelled latency and the rest by the measured over modelled seconds
+        per byte."""
         fit = self._tier_fit(ranks)
         full = price(nbytes)
         if not fit:
             return full
         a, b, a0, b0 = fit
-        kb = _bounded(b / b0) if b0 > 0 and b > 0 else None
-        ka = _bounded(a / a0) if a0 > 0 and a > 0 else None
+        kb = _bounded(b / b0, LINK_FACTOR_BOUND) if b0 > 0 and b > 0 else None
+        ka = _bounded(a / a0, LINK_FACTOR_BOUND) if a0 > 0 and a > 0 else None
         if ka is None and kb is None:  # one probe size only: the ratio of the times there
-            return full * _bounded((a + b * nbytes) / max(a0 + b0 * nbytes, 1e-12))
+            return full * _bounded((a + b * nbytes) / max(a0 + b0 * nbytes, 1e-12), LINK_FACTOR_BOUND)
         ka, kb = ka or kb, kb or ka
-        lat = min(price(1), full)  # (a price of 0 bytes is 0: nothing is sent)
+        # the latency part: the price's intercept, from two sizes (a price of one byte can be 0:
+        # a collective or redistribution splitting its bytes among ranks then sends nothing)
+        m = LATENCY_PROBE_BYTES
+        lat = min(max(2 * price(m) - price(2 * m), 0.0), full)
         return lat * ka + (full - lat) * kb
 
     def collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):

@@ -8,7 +8,9 @@ rates alone (``fit=("links",)``: compute is priced alike in both models, so the 
 wrong) and re-plans: it must switch, in place, to the correct model's plan (or one the correct
 model prices within 5% of it: small layers nearly tie, and the link is measured twice on a busy
 machine), every rank to the same plan, and its losses — before, across and after the switch — must equal an uninterrupted
-single-process run's within fp32 rounding. ``compile(adapt=True)`` does the same by itself.
+single-process run's within fp32 rounding. ``compile(adapt=True)`` does the same by itself, but
+refits compute and the optimizer too, so its re-plan is checked for the switch and the recovered
+link, not against the correct model's plan (correct there only in its link).
 A Hugging Face Llama switches between hand-made plans with ZeRO-3 and DDP layers and then to a
 longer context (``replan(seq_len=...)``), its AdamW state carried over: losses equal one
 process's. The full refit's prediction of the running plan is checked on later steps.
@@ -129,11 +131,11 @@ def _wrong_link(adapt: bool) -> dict:
         if not adapt and i == warmup + observe + 1:
             fit = pm.refit(fit=("links",))
             r = pm.replan(opt, refit=fit, threshold=0.0)
-            res.update(switched=r.switched, reason=r.reason, refit=fit.lines())
+            res.update(switched=r.switched, reason=r.reason, refit=fit.lines(), links=fit.factors.links)
         losses.append(pm.train_step(batches[i % BATCHES], opt))
     if adapt:
         fit, r = pm.adapt_report
-        res.update(switched=r.switched, reason=r.reason, refit=fit.lines())
+        res.update(switched=r.switched, reason=r.reason, refit=fit.lines(), links=fit.factors.links)
     hashes = [None] * world
     dist.all_gather_object(hashes, pm.plan.plan_hash())
     ref = _reference(model, batches, steps)
@@ -261,8 +263,13 @@ def _check_wrong_link(res: dict) -> None:
         assert x["first"] != x["correct"], "the 100× slow link should give another first plan"
         assert x["first_s"] > 1.1 * x["correct_s"], x  # ... a worse one, under the correct model
         assert x["switched"], x["reason"]
-        # the re-plan is the correct model's plan, or one it prices within 5% of it
-        assert x["now"] == x["correct"] or x["now_s"] <= 1.05 * x["correct_s"], (x["now"], x["correct"], x["refit"])
+        # the link's bandwidth is recovered: near the measured one, not 100× off
+        assert all(b * SLOW / 3 < b0 < b * SLOW * 3 for _a, b, _a0, b0 in x["links"].values()), x["refit"]
+        if key == "wrong_link":
+            # refitting the links alone, the re-plan is the correct model's plan, or one it prices
+            # within 5% of it. (adapt=True refits compute and the optimizer too, so its choice is
+            # its own model's: the correct model here is correct only in its link.)
+            assert x["now"] == x["correct"] or x["now_s"] <= 1.05 * x["correct_s"], (x["now"], x["correct"], x["refit"])
         assert len(set(x["hashes"])) == 1
         for r in res.values():
             assert r[key]["loss_err"] < LOSS_TOL, r[key]["losses"]

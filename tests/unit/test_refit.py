@@ -11,7 +11,7 @@ import pytest
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.cost_models.refit import FACTOR_BOUND, Factors, RefitCostModel, fit_factors, peak_split
+from galvatron_fx.cost_models.refit import FACTOR_BOUND, LINK_FACTOR_BOUND, Factors, RefitCostModel, fit_factors, peak_split
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
 from galvatron_fx.search.refit import in_call_comm_s
 
@@ -70,6 +70,29 @@ def test_a_link_20x_too_slow_comes_back_to_its_measured_rate_and_the_plan_to_the
     # the refit predicts the running plan's measured step (the overhead takes what the parts miss)
     assert fit.refitted_step_s == pytest.approx(fit.measured_step_s, rel=1e-6)
     assert any("links:" in line for line in fit.lines())
+
+
+def test_a_link_off_by_more_than_the_compute_bound_is_refitted_exactly_up_to_its_own_bound(setup):
+    """A described link 200× too slow (fast links taken for Ethernet) comes back to its measured
+    rate, past ``FACTOR_BOUND``; one off by more than ``LINK_FACTOR_BOUND`` stops there."""
+    mg, right, _ = setup
+    ranks = list(range(WORLD))
+    plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    described = AnalyticCostModel(right)
+    lat = described.collective_time_s("all_reduce", 1, ranks)
+
+    def faster(n, k):  # the described link's latency, its bandwidth k× higher
+        return lat + (described.collective_time_s("all_reduce", n, ranks) - lat) / k
+
+    n = 16 * 2**20
+    for k in (200.0, 1e5):
+        obs = Observations(plan_hash="", steps=1, layer_s={}, sync_s=0.0, optimizer_s=0.0, step_s=0.0,
+                           peak_bytes=None,
+                           collectives=tuple(("all_reduce", b, tuple(ranks), faster(b, k)) for b in LINK_PROBE_BYTES))
+        m = RefitCostModel(described, fit_factors(plan, obs, described, fit=("links",)))
+        want = faster(n, min(k, LINK_FACTOR_BOUND))
+        assert m.collective_time_s("all_reduce", n, ranks) == pytest.approx(want, rel=1e-3), k
+    assert k > LINK_FACTOR_BOUND > 200.0 > FACTOR_BOUND
 
 
 def test_compute_memory_and_optimizer_factors_are_the_measured_ratios(setup):
