@@ -12,7 +12,9 @@ devices — their speed and memory — and the plan records each stage's device 
 
 The search over one global batch — pipeline degree, stage boundaries and ranks, micro-batches,
 schedule, per-layer strategies — is :mod:`~galvatron_fx.search.outer_search`'s; the choice of the
-global batch, when left to the search, :mod:`~galvatron_fx.search.auto_batch`'s.
+global batch, when left to the search, :mod:`~galvatron_fx.search.auto_batch`'s. The best
+hand-written baseline, priced by the same model, is the plan when the searched one is predicted
+slower (the per-layer sums the search minimises can miss what the whole plan's price sees).
 
 :func:`~galvatron_fx.search.price_plan.price_plan` re-prices a given plan — its stages,
 micro-batches, schedule, layer strategies and placements — with any cost model, through the same
@@ -90,7 +92,8 @@ def plan(
     the smaller);
     ``search`` caps or switches off dimensions (:class:`SearchSpace` or a dict of its fields).
     With ``baselines`` the best hand-written configuration (DDP, ZeRO/FSDP, Megatron tp×pp) is
-    scored by the same cost model and recorded for comparison.
+    scored by the same cost model and recorded for comparison; when it is predicted faster than
+    the searched plan, it is the plan (``solver_stats["kept_baseline"]`` and a note say so).
     """
     from galvatron_fx.capture import capture
 
@@ -128,7 +131,7 @@ def plan(
     best, s = found.best, found.search
     global_batch_size = best.samples * best.m
     search_s = time.perf_counter() - t0
-    base = None
+    base = b = None
     if baselines and not space.uniform:
         from galvatron_fx.search.baselines import best_baseline
 
@@ -143,10 +146,19 @@ def plan(
         stats["batch_search"] = found.record
     plan = dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, base, precision, name or mg.name,
                                          host_budget=space.host_memory_budget), grad_comm=space.grad_comm)
+    kept = None
+    if b is not None and b[1].predicted.step_time_s < plan.predicted.step_time_s:
+        # the search sums per-layer prices, the assembled plan is priced whole (e.g. a gradient
+        # all-reduce the sums count as hidden with no compute left to hide behind): a uniform
+        # configuration the whole-plan price puts ahead is never given up
+        kept = (f"the searched per-layer plan (predicted {plan.predicted.step_time_s * 1e3:.2f} ms per step) "
+                f"is slower than the baseline {b[0]} under the same model: the plan is that baseline")
+        plan = dataclasses.replace(b[1], model=plan.model, solver_stats={**stats, "kept_baseline": b[0]},
+                                   baseline=base, notes=())
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)
-    notes = ((found.note,) if found.note else ()) + tuple(unused)
+    notes = ((found.note,) if found.note else ()) + ((kept,) if kept else ()) + tuple(unused)
     return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan
 
 

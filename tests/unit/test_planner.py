@@ -88,6 +88,27 @@ def test_plan_never_loses_to_a_baseline(gpt2, rtx, mem):
     assert p.predicted.step_time_s <= best * 1.0001
 
 
+def test_a_plan_is_never_slower_than_the_best_baseline_where_per_layer_prices_mislead(rtx):
+    """Links of 10 ms latency and 0.1 GB/s: the per-layer search's sums put a data-parallel
+    embedding before tp8 blocks, which the whole-plan price puts 17% behind Megatron tp8 (the
+    embedding's gradient all-reduce has no compute left to hide behind); the plan is the baseline
+    then, and says so."""
+    import dataclasses
+
+    model, inputs = zoo.build("gpt-tiny", batch_size=8, seq_len=64, device="cpu", seed=0)
+    mg = gfx.capture(model, inputs)
+    tier = {t: dataclasses.replace(getattr(rtx, t), latency_s=0.01, bandwidth_bytes_s=1e8, fits={})
+            for t in ("intra_node", "inter_node")}
+    cl = dataclasses.replace(rtx, **tier)
+    searched = gfx.plan(mg, cl, global_batch_size=8, baselines=False)
+    p = gfx.plan(mg, cl, global_batch_size=8)
+    assert p.predicted.step_time_s <= p.baseline["step_time_s"] * (1 + 1e-9)
+    if searched.predicted.step_time_s > p.baseline["step_time_s"]:
+        assert p.solver_stats["kept_baseline"] == p.baseline["name"]
+        assert any(f"slower than the baseline {p.baseline['name']}" in n for n in p.notes), p.notes
+        assert p.model == mg.name and p.predicted.step_time_s < searched.predicted.step_time_s
+
+
 def test_explain_reads_like_a_report(gpt2, rtx):
     p = gfx.plan(gpt2, rtx, global_batch_size=64, memory_budget=int(3 * GiB), precision="bf16")
     text = p.explain()
