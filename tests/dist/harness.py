@@ -8,9 +8,11 @@ spawn reports every failure; ``assert_ok`` turns a recorded error into a test fa
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import json
 import os
 import socket
+import sys
 import time
 import traceback
 import warnings
@@ -33,6 +35,7 @@ def init_gloo(rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    faulthandler.enable(all_threads=True)  # a rank killed by a signal prints where every thread was
     torch.set_num_threads(1)
     # a rank that fails mid-collective must not leave the others waiting for gloo's 30 minutes
     timeout = datetime.timedelta(seconds=int(os.environ.get("GFX_TEST_PG_TIMEOUT", "300")))
@@ -41,8 +44,11 @@ def init_gloo(rank: int, world: int, port: int) -> None:
 
 def run_jobs(rank: int, tmp: str, jobs: Iterable[tuple[str, Callable[[], dict]]], *, only_env: str | None = None) -> None:
     """Run ``(key, job)`` pairs on this rank, record results (or errors) and wall time, write
-    them to ``tmp/rank{rank}.json`` and leave the process group. ``only_env`` names an
-    environment variable holding a comma-separated subset of keys to run."""
+    them to ``tmp/rank{rank}.json``, leave the process group and end the process. ``only_env``
+    names an environment variable holding a comma-separated subset of keys to run.
+
+    The process ends with ``os._exit(0)``, past the interpreter's finalization: gloo's threads may
+    still hold tensors whose release then aborts the process (SIGABRT) after its work is done."""
     import torch.distributed as dist
 
     only = os.environ.get(only_env) if only_env else None
@@ -60,23 +66,37 @@ def run_jobs(rank: int, tmp: str, jobs: Iterable[tuple[str, Callable[[], dict]]]
     finally:
         Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(results, indent=1))
         dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
     """``worker(rank, world, port, tmp)`` on ``world`` processes; each rank's results by rank.
 
     A rank killed by a signal (not a Python exception: those are recorded per case by
-    :func:`run_jobs`) gets the whole spawn run once more, with a warning: on a loaded 2-core
-    machine a gloo rank has rarely aborted in C++ ("terminate called without an active
+    :func:`run_jobs`) after every rank wrote its results died leaving: the results stand, with a
+    warning. One killed before gets the whole spawn run once more, with a warning: on a loaded
+    2-core machine a gloo rank has rarely aborted in C++ ("terminate called without an active
     exception") in runs that pass on retry. A crash that repeats still fails."""
-    try:
-        mp.spawn(worker, args=(world, free_port(), str(tmp)), nprocs=world)
-    except mp.ProcessExitedException as e:
-        if e.exit_code is not None and e.exit_code >= 0:
-            raise
-        warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn once more", stacklevel=2)
-        mp.spawn(worker, args=(world, free_port(), str(tmp)), nprocs=world)
-    return {r: json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)}
+    files = [tmp / f"rank{r}.json" for r in range(world)]
+    for attempt in (1, 2):
+        for f in files:
+            f.unlink(missing_ok=True)
+        try:
+            mp.spawn(worker, args=(world, free_port(), str(tmp)), nprocs=world)
+            break
+        except mp.ProcessExitedException as e:
+            if e.exit_code is not None and e.exit_code >= 0:
+                raise
+            if all(f.exists() for f in files):
+                warnings.warn(f"a spawned rank died by a signal after every rank recorded its results ({e})",
+                              stacklevel=2)
+                break
+            if attempt == 2:
+                raise
+            warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn once more", stacklevel=2)
+    return {r: json.loads(f.read_text()) for r, f in enumerate(files)}
 
 
 def assert_ok(results: dict[int, dict], key: str) -> dict:
