@@ -24,11 +24,11 @@ The fit (every factor bounded to ``[1/FACTOR_BOUND, FACTOR_BOUND]``, a link's to
 - *links*, per tier (intra-node, inter-node): the measured all-reduces as ``a + b·bytes`` and
   the cost model's seconds for the same bytes and ranks as ``a0 + b0·bytes`` (least squares over
   the probed sizes). Every collective, redistribution and send the model prices on that tier is
-  split into its latency part (its intercept in the bytes), scaled by ``a / a0``, and the rest, scaled
-  by ``b / b0``: the link's measured latency and bandwidth against the modelled ones, whatever the
-  collective (an all-gather of ``n`` bytes moves half an all-reduce's). A link the model thinks
-  10× slower than it is comes back to its measured rate at every size and for every collective
-  (exactly, for the analytic α-β model).
+  split into its latency part (its intercept in the bytes), scaled by ``a / a0``, and the rest,
+  scaled by ``b / b0``: the link's measured latency and bandwidth against the modelled ones,
+  whatever the collective (an all-gather of ``n`` bytes moves half an all-reduce's). A link the
+  model thinks 10× (or 200×) slower than it is comes back to its measured rate at every size and
+  for every collective (exactly, for the analytic α-β model).
 - *optimizer*: the measured optimizer step over the plan's predicted optimizer seconds.
 - *memory*: the measured peak tensor bytes ``M`` against the predicted stage peak ``P`` split
   into what the memory model knows exactly (parameters, gradients, optimizer states: ``F``,
@@ -55,8 +55,8 @@ from typing import Any
 from galvatron_fx.cluster import TierName
 from galvatron_fx.cost_models.memory import LayerMemory
 
-__all__ = ["FACTOR_BOUND", "FITS", "LINK_FACTOR_BOUND", "MIN_COMPUTE_SHARE", "Factors", "Refit", "RefitCostModel", "fit_factors",
-           "peak_split"]
+__all__ = ["FACTOR_BOUND", "FITS", "LATENCY_PROBE_BYTES", "LINK_FACTOR_BOUND", "MIN_COMPUTE_SHARE", "Factors",
+           "Refit", "RefitCostModel", "fit_factors", "peak_split"]
 
 FACTOR_BOUND = 50.0
 # a described link can be off by more than compute: NVLink's rate taken for Ethernet's is ~200×

@@ -75,9 +75,9 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
     """``worker(rank, world, port, tmp)`` on ``world`` processes; each rank's results by rank.
 
     A rank killed by a signal (not a Python exception: those are recorded per case by
-    :func:`run_jobs`) after every rank wrote its results died leaving: the results stand, with a
-    warning. One killed before gets the whole spawn run once more, with a warning: on a loaded
-    2-core machine a gloo rank has rarely aborted in C++ ("terminate called without an active
+    :func:`run_jobs`) once every rank had written its results died on its way out: the results
+    stand, with a warning. One killed earlier gets the whole spawn run once more, with a warning:
+    on a loaded 2-core machine a gloo rank has rarely aborted in C++ ("terminate called without an active
     exception") in runs that pass on retry. A crash that repeats still fails."""
     files = [tmp / f"rank{r}.json" for r in range(world)]
     for attempt in (1, 2):
