@@ -22,6 +22,10 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 
+# the directory spawned ranks write a crash's Python stacks to (faulthandler), set by spawn
+FAULT_DIR_ENV = "GFX_TEST_FAULT_DIR"
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface right now."""
     with socket.socket() as s:
@@ -35,7 +39,9 @@ def init_gloo(rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    faulthandler.enable(all_threads=True)  # a rank killed by a signal prints where every thread was
+    faults = os.environ.get(FAULT_DIR_ENV)  # a rank killed by a signal writes where every thread was
+    if faults:
+        faulthandler.enable(open(f"{faults}/fault.rank{rank}.txt", "w"), all_threads=True)  # noqa: SIM115 (lives as long as the process)
     torch.set_num_threads(1)
     # a rank that fails mid-collective must not leave the others waiting for gloo's 30 minutes
     timeout = datetime.timedelta(seconds=int(os.environ.get("GFX_TEST_PG_TIMEOUT", "300")))
@@ -80,6 +86,7 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
     on a loaded 2-core machine a gloo rank has rarely aborted in C++ ("terminate called without an active
     exception") in runs that pass on retry. A crash that repeats still fails."""
     files = [tmp / f"rank{r}.json" for r in range(world)]
+    os.environ[FAULT_DIR_ENV] = str(tmp)  # (the ranks inherit it)
     for attempt in (1, 2):
         for f in files:
             f.unlink(missing_ok=True)
@@ -89,14 +96,22 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
         except mp.ProcessExitedException as e:
             if e.exit_code is not None and e.exit_code >= 0:
                 raise
+            where = _fault_stacks(tmp, e.error_index)
             if all(f.exists() for f in files):
-                warnings.warn(f"a spawned rank died by a signal after every rank recorded its results ({e})",
+                warnings.warn(f"a spawned rank died by a signal after every rank recorded its results ({e}){where}",
                               stacklevel=2)
                 break
             if attempt == 2:
-                raise
-            warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn once more", stacklevel=2)
+                raise AssertionError(f"{e}{where}") from e
+            warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn once more{where}", stacklevel=2)
     return {r: json.loads(f.read_text()) for r, f in enumerate(files)}
+
+
+def _fault_stacks(tmp: Path, rank: int) -> str:
+    """The Python stacks a rank killed by a signal wrote (its faulthandler file), or ""."""
+    f = tmp / f"fault.rank{rank}.txt"
+    text = f.read_text(errors="replace").strip() if f.exists() else ""
+    return f"\nwhere rank {rank} was:\n{text[-4000:]}" if text else ""
 
 
 def assert_ok(results: dict[int, dict], key: str) -> dict:
