@@ -111,7 +111,9 @@ def _fault_stacks(tmp: Path, rank: int) -> str:
     """The Python stacks a rank killed by a signal wrote (its faulthandler file), or ""."""
     f = tmp / f"fault.rank{rank}.txt"
     text = f.read_text(errors="replace").strip() if f.exists() else ""
-    return f"\nwhere rank {rank} was:\n{text[-4000:]}" if text else ""
+    if len(text) > 6000:  # the first threads (the one that crashed is marked "Current thread") and the main one
+        text = f"{text[:3000]}\n[...]\n{text[-3000:]}"
+    return f"\nwhere rank {rank} was:\n{text}" if text else ""
 
 
 def assert_ok(results: dict[int, dict], key: str) -> dict:
