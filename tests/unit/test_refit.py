@@ -11,7 +11,8 @@ import pytest
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.cost_models.refit import FACTOR_BOUND, LINK_FACTOR_BOUND, Factors, RefitCostModel, fit_factors, peak_split
+from galvatron_fx.cost_models.refit import (FACTOR_BOUND, LINK_FACTOR_BOUND, Factors, RefitCostModel, fit_factors,
+                                            peak_split)
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
 from galvatron_fx.search.refit import in_call_comm_s
 
@@ -85,6 +86,7 @@ def test_a_link_off_by_more_than_the_compute_bound_is_refitted_exactly_up_to_its
         return lat + (described.collective_time_s("all_reduce", n, ranks) - lat) / k
 
     n = 16 * 2**20
+    assert 1e5 > LINK_FACTOR_BOUND > 200.0 > FACTOR_BOUND  # one case past each bound
     for k in (200.0, 1e5):
         obs = Observations(plan_hash="", steps=1, layer_s={}, sync_s=0.0, optimizer_s=0.0, step_s=0.0,
                            peak_bytes=None,
@@ -92,7 +94,6 @@ def test_a_link_off_by_more_than_the_compute_bound_is_refitted_exactly_up_to_its
         m = RefitCostModel(described, fit_factors(plan, obs, described, fit=("links",)))
         want = faster(n, min(k, LINK_FACTOR_BOUND))
         assert m.collective_time_s("all_reduce", n, ranks) == pytest.approx(want, rel=1e-3), k
-    assert k > LINK_FACTOR_BOUND > 200.0 > FACTOR_BOUND
 
 
 def test_compute_memory_and_optimizer_factors_are_the_measured_ratios(setup):
