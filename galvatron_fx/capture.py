@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
-from galvatron_fx.ir.graph import InputInfo, ModelGraph, ParamInfo, dtype_name
+from galvatron_fx.ir.graph import BatchScaling, InputInfo, ModelGraph, ParamInfo, dtype_name
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ def capture(
     example_kwargs: dict[str, Any] | None = None,
     dynamic: bool = False,
     annotate: bool = True,
+    probe: bool = True,
     name: str | None = None,
     dump_dir: str | Path | None = None,
 ) -> ModelGraph:
@@ -72,6 +73,10 @@ def capture(
 
     ``dynamic=True`` makes dim 0 of every input a symbolic ``batch`` and dim 1 of inputs with
     two or more dims a symbolic ``seq``; costs are then annotated at the example sizes.
+    ``probe``: trace the model once more at twice the batch to learn how its sizes follow the
+    batch (:func:`mark_batched`: ``mg.batched``, ``mg.batch_scaling``) and which of its layers
+    couple samples (``mg.coupled``: a value holding the batch in two dims, as CLIP's image × text
+    similarities); a model that cannot be traced at that batch is captured without (logged).
     Raises :class:`CaptureError` naming the failing module and what to try.
     """
     from galvatron_fx.passes.annotate_costs import annotate_costs_pass
@@ -152,9 +157,35 @@ def capture(
     )
     passes = [segment_layers_pass] + ([annotate_costs_pass] if annotate else [])
     mg.gm = run_passes(passes, gm, ctx)
+    if probe and not dynamic:
+        _probe(mg, root, args, kwargs)
     log.info("captured %s: %d nodes, %d layers, %d kinds in %.2f s", mg.name, len(gm.graph.nodes),
              len(mg.layers), len(mg.kinds()), time.perf_counter() - t0)
     return mg
+
+
+def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict) -> None:
+    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`capture`)."""
+    if not mg.example_shapes or not mg.example_shapes[0] or mg.example_shapes[0][0] < 1:
+        return
+    batch = mg.example_shapes[0][0]
+
+    def twice(x):
+        if isinstance(x, torch.Tensor) and x.ndim >= 1 and x.shape[0] == batch:
+            return torch.cat([x, x]) if x.device.type != "meta" else x.new_empty((2 * batch, *x.shape[1:]))
+        return x
+
+    was_training = root.training
+    try:
+        ep = torch.export.export(root, tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()} or None,
+                                 strict=False)
+    except Exception as e:  # an optimisation and a check: the graph stands without
+        log.info("no batch probe of %s (%s: %s): layers run with the whole batch's semantics where dp > 1",
+                 mg.name, type(e).__name__, str(e)[:200])
+        return
+    finally:
+        root.train(was_training)
+    _mark(mg, ep.graph_module, 2 * batch)
 
 
 def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
@@ -162,19 +193,70 @@ def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
     model captured at twice the batch. A value (a node of both graphs, by name and op) is batched
     when only its dim 0 differs, by the batch's factor. Values derived from the inputs without
     reading them (an attention mask or positions built from ``arange`` and the batch size) are
-    found as well as those computed from the inputs. Returns the set."""
-    b, b2 = mg.example_shapes[0][0], probe.example_shapes[0][0]
-    other = probe.nodes_by_name()
+    found as well as those computed from the inputs. Also records ``mg.batch_scaling``: every
+    integer argument and output size that follows the batch (what re-instantiating the graph at
+    a data-parallel rank's share of the batch needs, :mod:`galvatron_fx.passes.localize_batch`).
+    Returns the set."""
+    return _mark(mg, probe.gm, probe.example_shapes[0][0])
+
+
+def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
+    from torch.utils._pytree import tree_flatten
+
+    b = mg.example_shapes[0][0]
+    other = {n.name: n for n in probe_gm.graph.nodes}
     out: set[str] = set()
+    ints: dict[str, tuple[tuple[int, int], ...]] = {}
+    dims: dict[str, tuple[tuple[int, ...], ...]] = {}
+    irregular: set[str] = set()
+
+    def scaled(v: int, w: int) -> bool:
+        return v != w and v * b2 == w * b
+
     for n in mg.gm.graph.nodes:
         m = other.get(n.name)
-        v, w = n.meta.get("val"), m.meta.get("val") if m is not None else None
-        if m is None or m.target != n.target or not isinstance(v, torch.Tensor) or not isinstance(w, torch.Tensor):
+        if m is None or m.target != n.target:
+            if n.op not in ("placeholder", "output") or m is None:
+                irregular.add(n.name)
             continue
-        if v.ndim >= 1 and v.ndim == w.ndim and tuple(v.shape[1:]) == tuple(w.shape[1:]) \
-                and int(w.shape[0]) * b == int(v.shape[0]) * b2 and v.shape[0] != w.shape[0]:
+        if n.op == "call_function":
+            mine, theirs = tree_flatten((n.args, n.kwargs))[0], tree_flatten((m.args, m.kwargs))[0]
+            if len(mine) != len(theirs):
+                irregular.add(n.name)
+                continue
+            found = []
+            for i, (x, y) in enumerate(zip(mine, theirs)):
+                if type(x) is int and type(y) is int and x != y:
+                    if not scaled(x, y):
+                        irregular.add(n.name)
+                    found.append((i, x))
+            if found:
+                ints[n.name] = tuple(found)
+        vals = [v for v in tree_flatten(n.meta.get("val"))[0]]
+        wals = [w for w in tree_flatten(m.meta.get("val"))[0]]
+        if len(vals) != len(wals):
+            irregular.add(n.name)
+            continue
+        per_out = []
+        for v, w in zip(vals, wals):
+            if not isinstance(v, torch.Tensor):
+                continue
+            if not isinstance(w, torch.Tensor) or v.ndim != w.ndim:
+                irregular.add(n.name)
+                break
+            diff = [d for d in range(v.ndim) if int(v.shape[d]) != int(w.shape[d])]
+            if any(not scaled(int(v.shape[d]), int(w.shape[d])) for d in diff):
+                irregular.add(n.name)
+            per_out.append(tuple(diff))
+        if any(per_out):
+            dims[n.name] = tuple(per_out)
+        v, w = n.meta.get("val"), m.meta.get("val")
+        if isinstance(v, torch.Tensor) and isinstance(w, torch.Tensor) and v.ndim >= 1 and v.ndim == w.ndim \
+                and tuple(v.shape[1:]) == tuple(w.shape[1:]) and int(w.shape[0]) * b == int(v.shape[0]) * b2 \
+                and v.shape[0] != w.shape[0]:
             out.add(n.name)
     mg.batched = out
+    mg.batch_scaling = BatchScaling(batch=b, probe_batch=b2, ints=ints, dims=dims, irregular=frozenset(irregular))
     return out
 
 

@@ -88,3 +88,92 @@ def _cpu_flash_attention_backward(op_schema: OpSchema) -> OpStrategy:
     for d in (1, 0):
         strategies.append([Shard(d)] * 9 + _mask_placement(op_schema, 1, d))
     return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=3)
+
+
+# ---- grouped matrix multiplication (mixture-of-experts experts) ----------------------------------
+#
+# grouped_mm(x (S, K), w (E, K, N), offs (E,)) -> (S, N): the rows offs[e-1]:offs[e] of x times
+# expert e's matrix. Per mesh dim, as a column- or row-parallel linear layer: w split on N (its
+# output columns) gives an output split on its columns; x and w split on K give a partial sum.
+# Rows cannot be split (the offsets are positions in the whole token list), nor experts (that is
+# expert parallelism: tokens must travel to their experts' ranks).
+
+def _grouped_mm_2d3d(out_partial: Placement = Partial()) -> list[list[Placement]]:
+    # [out, x, w, offs]
+    return [[Replicate()] * 4,
+            [Shard(1), Replicate(), Shard(2), Replicate()],
+            [out_partial, Shard(1), Shard(1), Replicate()]]
+
+
+def _grouped_mm_strategy(op_schema: OpSchema) -> OpStrategy:
+    mesh = op_schema.get_mesh_from_args()
+    tensors = op_schema.args_strategy + op_schema.kwargs_strategy
+    x, w = op_schema.args_schema[:2]
+    nd = (len(x.shape), len(w.shape))
+    if nd == (2, 3) and len(tensors) == 3:
+        rules = _grouped_mm_2d3d()
+    elif nd == (2, 2) and len(tensors) == 3:  # x^T (K, S) by g (S, N) grouped over S -> (E, K, N): a weight's grad
+        rules = [[Replicate()] * 4, [Shard(1), Shard(0), Replicate(), Replicate()],
+                 [Shard(2), Replicate(), Shard(1), Replicate()]]
+    else:  # (bias, batched 3-D forms): replicated
+        rules = [[Replicate()] * (1 + len(tensors))]
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rules, input_index=1)
+
+
+def _grouped_mm_backward_strategy(op_schema: OpSchema) -> OpStrategy:
+    # (x, w, offs, grad_out) -> (grad_x, grad_w): [grad_x, grad_w, x, w, offs, grad_out]
+    mesh = op_schema.get_mesh_from_args()
+    rules = [[Replicate()] * 6,
+             [Partial(), Shard(2), Replicate(), Shard(2), Replicate(), Shard(1)],
+             [Shard(1), Shard(1), Shard(1), Shard(1), Replicate(), Replicate()]]
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, rules, input_index=2)
+
+
+register_op_strategy(aten._grouped_mm.default, schema_info=RuntimeSchemaInfo(needs_pytree=False))(
+    _grouped_mm_strategy)
+
+# ops other libraries register, given rules once they exist (their library imported): qualified
+# name -> rule
+_LIBRARY_RULES = {
+    "transformers::grouped_mm_fallback": _grouped_mm_strategy,
+    "transformers::grouped_mm_fallback_backward": _grouped_mm_backward_strategy,
+}
+_REGISTERED: set[str] = set()
+
+
+def ensure_rules(ops) -> None:
+    """Register our rules for the library ops among ``ops`` (OpOverloads seen in a graph) that
+    have none yet (:data:`_LIBRARY_RULES`; an op of a library not imported is never seen)."""
+    for op in ops:
+        name = getattr(op, "_schema", None)
+        qual = name.name if name is not None else None
+        if qual in _LIBRARY_RULES and qual not in _REGISTERED:
+            register_op_strategy(op)(_LIBRARY_RULES[qual])
+            _REGISTERED.add(qual)
+            # its backward op too, where the library defines one
+            ns, _, base = qual.partition("::")
+            back = f"{qual}_backward"
+            if back in _LIBRARY_RULES and back not in _REGISTERED:
+                packet = getattr(getattr(torch.ops, ns), f"{base}_backward", None)
+                if packet is not None:
+                    register_op_strategy(packet.default)(_LIBRARY_RULES[back])
+                    _REGISTERED.add(back)
+
+
+# ---- scans -------------------------------------------------------------------------------------
+#
+# cumsum / cumprod / logcumsumexp along dim d: no shard on d (each shard would scan only its own
+# part). DTensor's own rule (torch 2.13) compares a negative ``dim`` with the shard dims
+# unnormalised, so ``cumsum(x, -1)`` kept a shard on the last dim and summed per shard; here the
+# dim is normalised first, so a sharded scan dim is redistributed (and priced as such).
+
+def _scan_strategy(op_schema: OpSchema) -> OpStrategy:
+    from torch.distributed.tensor._ops._math_ops import common_reduction_strategy
+
+    x, dim = op_schema.args_schema[:2]
+    assert isinstance(x, OpStrategy) and isinstance(dim, int), op_schema
+    return common_reduction_strategy(x, [dim % max(x.ndim, 1)], keep_dim=True, reduction_linear=False)
+
+
+register_op_strategy([aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default],
+                     schema_info=RuntimeSchemaInfo(1))(_scan_strategy)

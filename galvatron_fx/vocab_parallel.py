@@ -203,4 +203,9 @@ def run(node: fx.Node, args: tuple, kwargs: dict, axis: int):
     x, target, _weight, reduction, ignore_index = args
     if not isinstance(target, DTensor):
         raise AssertionError(f"{node.format_node()}: the target must be a DTensor laid out like the rows")
+    # the targets laid out like the rows (a target made whole from a factory, CLIP's arange of the
+    # batch, is sliced: no collective)
+    rows = tuple(Shard(0) if isinstance(p, Shard) and p.dim == 0 else R for p in x.placements)
+    if tuple(target.placements) != rows:
+        target = target.redistribute(x.device_mesh, rows)
     return _NllLoss.apply(x, target, reduction, ignore_index, axis)

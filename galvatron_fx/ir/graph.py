@@ -134,6 +134,30 @@ class LayerInfo:
         return d
 
 
+@dataclass(frozen=True, slots=True)
+class BatchScaling:
+    """How the captured graph's sizes follow the batch, read off a probe capture of the same model
+    at another batch (:func:`galvatron_fx.capture.mark_batched`), node by node (by name and op).
+
+    ``ints``: per node, the integer arguments that grow in proportion to the batch, as ``(index
+    among the flat leaves of (args, kwargs), value at batch)`` (a ``view``'s ``B*T``, an
+    ``arange``'s ``B``). ``dims``: per node, for each flat tensor output, the dims whose size
+    grows in proportion to the batch. ``irregular``: nodes where something changes with the
+    batch but not in proportion (or that the probe lacks): a graph with one cannot be
+    re-instantiated at another batch there."""
+
+    batch: int
+    probe_batch: int
+    ints: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    dims: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    irregular: frozenset[str] = frozenset()
+
+    def scales(self, value: int, batch: int) -> int | None:
+        """``value`` (proportional to the captured batch) at ``batch``, or None if not integral."""
+        q, r = divmod(value * batch, self.batch)
+        return None if r else q
+
+
 @dataclass(slots=True)
 class ModelGraph:
     """The captured model: graph module, parameters, user inputs/outputs and layers.
@@ -156,6 +180,8 @@ class ModelGraph:
     extra_output_names: list[str] = field(default_factory=list)  # outputs besides the loss (logits)
     # values whose dim 0 is the batch (see galvatron_fx.capture.mark_batched); empty: unknown
     batched: set[str] = field(default_factory=set)
+    # how every size follows the batch (from the same probe as ``batched``); None: unknown
+    batch_scaling: BatchScaling | None = None
 
     # ---- inputs -------------------------------------------------------------------------------
     def bind_inputs(self, args=(), kwargs=None) -> list[torch.Tensor]:
@@ -234,6 +260,23 @@ class ModelGraph:
                 if a not in inside and a.op != "get_attr" and a not in ext:
                     ext.append(a)
         return ext
+
+    def coupled(self) -> dict[str, str]:
+        """Layer name -> its first value that holds the batch in two dims (from the batch probe,
+        ``batch_scaling``): a layer where one sample's result depends on other samples' inputs
+        beyond sums over the batch (CLIP's image × text similarities, in-batch negatives). Such a
+        model's loss over a micro-batch is not its share of the batch's loss: it trains in one
+        micro-batch per step. Empty when nothing couples samples, or without a probe."""
+        s = self.batch_scaling
+        if s is None:
+            return {}
+        out: dict[str, str] = {}
+        for layer in self.layers:
+            for n in layer.node_names:
+                if any(len(dims) > 1 for dims in s.dims.get(n, ())):
+                    out[layer.name] = n
+                    break
+        return out
 
     def kinds(self) -> dict[str, list[LayerInfo]]:
         """Layer kind hash → the layers of that kind, in order."""

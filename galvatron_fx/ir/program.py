@@ -96,6 +96,8 @@ class LayerGraphs:
     fw: fx.GraphModule | None = None
     bw: fx.GraphModule | None = None
     simple: bool = True  # the graphs have the form the runtime calls directly (hoist_saved_collectives)
+    # traced as plain local ops on this rank's share of the batch (passes.localize_batch), not with DTensor
+    local: bool = False
     hoisted: list = field(default_factory=list)  # (saved index, reduce op, group name)
     # positions of the (non-parameter) inputs the forward also takes whole, after its inputs
     # (passes.fold_input_reductions)

@@ -34,6 +34,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_flatten
+from torch.utils.checkpoint import _StopRecomputationError
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -122,6 +124,11 @@ def _call(n: fx.Node, args, kwargs):
     if n.op == "call_function":
         if n.target is aten.scaled_dot_product_attention.default:  # a trained bias: one op (attention.py)
             return sdpa_or_biased(*args, **kwargs)
+        if n.target is aten.histc.default and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() \
+                and args[0].device.type == "cpu":
+            # a graph captured for another device counts integer ids (a router's tokens per expert),
+            # which the CPU's histogram cannot: the same counts from their float values
+            return n.target(args[0].float(), *args[1:], **kwargs)
         return n.target(*args, **kwargs)
     if n.op == "call_method":
         self_, *rest = args
@@ -174,11 +181,21 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                     continue
                 current[0] = n.name
                 args, kwargs = _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm)
-                with CostCounter() as cc:
-                    out = _call(n, args, kwargs)
+                try:
+                    with CostCounter() as cc:
+                        out = _call(n, args, kwargs)
+                    flops, nbytes = cc.flops, cc.bytes
+                except Exception as e:
+                    # an op that cannot run on these stand-ins (an integer histogram, which the
+                    # CPU lacks, in a graph captured for another device): its captured value
+                    # stands in, its cost is the bytes it reads and writes
+                    failures.append(f"{n.format_node()} (forward): {type(e).__name__}: {str(e)[:200]}")
+                    out = _materialize(n.meta.get("val"), rg.get(n, False))
+                    flops, nbytes = 0, tensor_bytes(out) + sum(tensor_bytes(a) for a in tree_flatten((args, kwargs))[0]
+                                                               if isinstance(a, torch.Tensor))
                 env[n] = out
                 c = costs[n.name]
-                c.fwd_flops, c.fwd_bytes = cc.flops, cc.bytes
+                c.fwd_flops, c.fwd_bytes = flops, nbytes
                 c.output_bytes = tensor_bytes(out) if not _is_view_node(n) else 0
 
         # 2. backward of each node in isolation
@@ -196,7 +213,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
         ext = [a for a in env if a not in inside and not (isinstance(a, fx.Node) and a.op == "get_attr")]
         variants: dict[str, _Variant] = {}
         if any(rg.get(n, False) for n in nodes):
-            run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm)
+            run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm, stand_ins=True)
             owned_inputs = sum(tensor_bytes(env[a]) for a in ext
                                if a.name not in param_nodes and a.name not in shared)
             try:
@@ -221,16 +238,28 @@ class _Variant:
     bwd_transient_bytes: int = 0  # the backward's peak above the saved memory (LayerCosts)
 
 
-def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule):
-    """The layer as a function of its external inputs (parameters included), returning its outputs."""
+def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.Node], gm: fx.GraphModule,
+                   *, stand_ins: bool = False):
+    """The layer as a function of its external inputs (parameters included), returning its
+    outputs. ``stand_ins`` (measuring only, never tracing): a node that cannot run on the
+    stand-in tensors yields a stand-in of its captured value."""
 
     def run(*xs):
         env: dict[fx.Node, object] = dict(zip(ext, xs))
         for n in nodes:
             if n.op == "get_attr":
                 env[n] = _getattr(gm, n.target)
-            else:
-                env[n] = _call(n, _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm))
+                continue
+            args, kwargs = _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm)
+            try:
+                env[n] = _call(n, args, kwargs)
+            except _StopRecomputationError:  # (checkpoint's own early stop of a recomputation)
+                raise
+            except Exception:
+                if not stand_ins or n.meta.get("val") is None:
+                    raise
+                grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+                env[n] = _materialize(n.meta["val"], grad)
         return tuple(env[o] for o in outputs)
 
     return run
@@ -340,6 +369,8 @@ def _is_view_node(n: fx.Node) -> bool:
 
 def _node_backward(n: fx.Node, env, gm, rg) -> tuple[int, int]:
     leaves: list[torch.Tensor] = []
+    # an in-place op (a router's ``weights /= weights.sum()``) writes a non-leaf copy of its input
+    in_place = isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
 
     def fresh(a):
         if isinstance(a, fx.Node):
@@ -349,6 +380,8 @@ def _node_backward(n: fx.Node, env, gm, rg) -> tuple[int, int]:
                 if rg.get(a, False) and t.is_floating_point():
                     t.requires_grad_(True)
                     leaves.append(t)
+                    if in_place:
+                        return t.clone()
                 return t
             if isinstance(v, (list, tuple)):
                 out = []

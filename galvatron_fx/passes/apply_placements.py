@@ -33,6 +33,7 @@ happen at trace time and only local ops and functional collectives remain.
 
 from __future__ import annotations
 
+import logging
 import operator
 from dataclasses import dataclass, field
 
@@ -48,10 +49,14 @@ from galvatron_fx import vocab_parallel
 from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.ir.placements import NodePlacement, pstr
 from galvatron_fx.passes.decompose_layer import DecomposedLayer
-from galvatron_fx.passes.layout_autograd import _AsDTensor, _move_on_tp, _storage, _sum_grad_here, _to_partial
+from galvatron_fx.passes.layout_autograd import (_AsDTensor, _grad_together, _move_on_tp, _storage, _sum_grad_here,
+                                                 _to_partial)
 from galvatron_fx.passes.runner import PassContext, graph_pass
 
-__all__ = ["IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_placed"]
+__all__ = ["IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_local",
+           "trace_placed"]
+
+log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 IGNORED = {aten._assert_tensor_metadata.default}
@@ -194,6 +199,32 @@ def _with_casts_following(dl: DecomposedLayer, placements: dict[str, str]) -> di
     return out
 
 
+def _run_replicated(n: fx.Node, args, kwargs, mesh: DeviceMesh):
+    """An op DTensor has no rule for, run on whole tensors: every DTensor argument replicated on
+    every mesh axis (gathered, partial sums reduced), the op run on the local tensors, its tensor
+    outputs replicated DTensors. Exact whatever the op does; the intra-layer ILP offers such a
+    node only its replicated strategy, so the gathers and the unsplit compute are priced."""
+    def whole(v):
+        if not isinstance(v, DTensor):
+            return v
+        if any(not isinstance(p, Replicate) for p in v.placements):
+            v = v.redistribute(mesh, (R,) * mesh.ndim)
+        return v.to_local()
+
+    schema = getattr(n.target, "_schema", None)
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write} \
+        if schema is not None else set()
+    args, kwargs = tree_map(whole, args), tree_map(whole, kwargs)
+    if written:  # an in-place op writes a copy (the local tensor of a DTensor is not its own to write)
+        names = [a.name for a in schema.arguments]
+        args = tuple(a.clone() if i < len(names) and names[i] in written and isinstance(a, torch.Tensor) else a
+                     for i, a in enumerate(args))
+        kwargs = {k: v.clone() if k in written and isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    out = n.target(*args, **kwargs)
+    return tree_map(lambda t: DTensor.from_local(t, mesh, (R,) * mesh.ndim, run_check=False)
+                    if isinstance(t, torch.Tensor) else t, out)
+
+
 class PlacedLayer:
     """One decomposed layer under its plan on a ``(dp, tp)`` mesh (see module doc).
 
@@ -216,6 +247,7 @@ class PlacedLayer:
         self.option = option
         self._plan = {n: NodePlacement.parse(s) for n, s in option.placements.items()}
         self._in_place = written_through(self.gm)
+        self._written = {base for _user, base in self._in_place}  # values some op writes into, or through a view
         fqns = fqns or {}
         self._param_of: dict[str, str] = {}  # decomposed placeholder -> parameter key
         self._inputs: list[tuple[fx.Node, str]] = []  # non-parameter placeholders, with roles
@@ -337,7 +369,12 @@ class PlacedLayer:
         if vocab_parallel.runs(n, tuple(want_in), args):  # class-sharded, or a mean over split rows
             out = vocab_parallel.run(n, args, kwargs, axis=1)
         else:
-            out = n.target(*args, **kwargs)
+            try:
+                out = n.target(*args, **kwargs)
+            except NotImplementedError as e:
+                if "sharding strategy" not in str(e):
+                    raise
+                out = _run_replicated(n, args, kwargs, self.mesh)
         got = [o.placements[1] if isinstance(o, DTensor) else None
                for o in (out if isinstance(out, (tuple, list)) else [out])]
         for g, w in zip(got, want_out):
@@ -353,11 +390,13 @@ class PlacedLayer:
                     outs[j] = _to_partial(o, self.mesh) if isinstance(w, Partial) else \
                         o.redistribute(self.mesh, (o.placements[0], w))
             out = type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
-        if self.mesh.size(1) > 1 and torch.is_grad_enabled():
-            if isinstance(out, DTensor):
+        if torch.is_grad_enabled() and n not in self._written:  # (a value written through must stay that tensor)
+            if isinstance(out, DTensor) and self.mesh.size(1) > 1:
                 out = _sum_grad_here(out)
             elif isinstance(out, (tuple, list)):
-                out = type(out)(_sum_grad_here(o) if isinstance(o, DTensor) else o for o in out)
+                # (also at tp 1: an output of a split that no later op reads gets a zero gradient
+                # as a DTensor, where autograd's own would be a plain tensor its backward's cat refuses)
+                out = type(out)(_grad_together(list(out)))
         if self.replicate_plain and isinstance(out, torch.Tensor) and not isinstance(out, DTensor):
             out = DTensor.from_local(out, self.mesh, [R, R], run_check=False)
         return out
@@ -426,17 +465,77 @@ def trace_placed(placed: PlacedLayer, *, trainable: set[str] | None = None, inpu
     shards of their captured dtype (``param_dtype``: another), those whose FQN is in
     ``trainable`` (default: all) requiring grad; inputs in the compute dtype, laid out as
     :meth:`PlacedLayer.input_placements` says for ``inputs`` and ``batched``."""
-    from functorch.compile import aot_function, make_boxed_func
-    from torch._functorch.partitioners import default_partition
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    rec = _input_specs(placed, inputs, batched, propagated)
+    return _aot_trace(placed, placed.local_function(lambda: rec.in_specs, rec), rec, trainable, param_dtype)
 
+
+def trace_local(placed: PlacedLayer, local: DecomposedLayer, out_layouts: list, *, trainable: set[str] | None = None,
+                inputs: set[str] = frozenset(), batched: set[str] = frozenset(), propagated: set[str] = frozenset(),
+                param_dtype: torch.dtype | None = None) -> Trace:
+    """Trace ``placed``'s layer as plain local ops (:mod:`~galvatron_fx.passes.localize_batch`):
+    ``local`` is the same layer decomposed at this rank's share of the batch; its inputs are
+    laid out as :func:`trace_placed` lays them out (their local pieces are what ``local`` takes:
+    checked), and ``out_layouts`` gives each flat tensor output's ``(dp, tp)`` placements; an
+    output's global shape and stride are the whole-batch graph's. No DTensor and no collective:
+    each rank runs its share of the batch, as ``DistributedDataParallel`` does."""
+    rec = _input_specs(placed, inputs, batched, propagated)
+    ph_of = list(placed.gm.graph.find_nodes(op="placeholder"))
+    local_phs = list(local.gm.graph.find_nodes(op="placeholder"))
+    assert len(ph_of) == len(local_phs), (len(ph_of), len(local_phs))
+    keys = list(placed.param_keys)
+    position = {ph: i for i, (ph, _) in enumerate(placed._inputs)}
+    dp = placed.mesh.size(0)
+    for (ph, _), (pl, shape, _stride) in zip(placed._inputs, rec.in_specs):
+        want = list(shape)
+        if isinstance(pl[0], Shard):
+            want[pl[0].dim] //= dp
+        got = list(local_phs[ph_of.index(ph)].meta["val"].shape)
+        if got != want:
+            raise ValueError(f"input {ph.name}: the local graph takes {got}, its layout gives {want}")
+    glob_out = [v for v in tree_flatten(_output_vals(placed.gm))[0]]
+
+    def traced(*flat):
+        params = dict(zip(keys, flat[:len(keys)]))
+        xs = flat[len(keys):]
+        args = [placed._cast(params[placed._param_of[ph.name]]) if ph.name in placed._param_of else xs[position[ph]]
+                for ph in ph_of]
+        outs = local.gm(*args)
+        leaves, rec.out_tree = tree_flatten(outs)
+        rec.out_specs, rec.out_consts, ret = [], {}, []
+        layouts = iter(out_layouts)
+        for i, (o, g) in enumerate(zip(leaves, glob_out)):
+            if isinstance(o, torch.Tensor):
+                rec.out_specs.append((tuple(next(layouts)), g.shape, g.stride()))
+                ret.append(o)
+            else:
+                rec.out_consts[i] = o
+        return tuple(ret)
+
+    return _aot_trace(placed, traced, rec, trainable, param_dtype)
+
+
+def _output_vals(gm: fx.GraphModule):
+    out = next(iter(gm.graph.find_nodes(op="output")))
+    return tree_map(lambda a: a.meta.get("val") if isinstance(a, fx.Node) else a, out.args[0])
+
+
+def _input_specs(placed: PlacedLayer, inputs, batched, propagated) -> Trace:
     rec = Trace()
     for (ph, _role), pl in zip(placed._inputs, placed.input_placements(inputs, batched, propagated)):
         v = ph.meta["val"]
         dt = placed.compute_dtype if placed.compute_dtype is not None and v.is_floating_point() else v.dtype
         rec.in_specs.append((tuple(pl), v.shape, torch.empty(tuple(v.shape), device="meta").stride()))
         rec.in_dtypes.append(dt)
-    fn = placed.local_function(lambda: rec.in_specs, rec)
+    return rec
+
+
+def _aot_trace(placed: PlacedLayer, fn, rec: Trace, trainable, param_dtype) -> Trace:
+    """``fn(*param_shards, *input_locals)`` traced forward and backward by AOTAutograd on fake
+    local tensors laid out as ``rec.in_specs`` says; the joint graph and the partitioned ones
+    recorded on ``rec``."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._functorch.partitioners import default_partition
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     def partition(joint, joint_inputs, *, num_fwd_outputs, **kw):
         rec.joint, rec.joint_inputs, rec.num_fwd_outputs = joint, joint_inputs, num_fwd_outputs
@@ -480,7 +579,9 @@ def _from_batched_inputs(mg) -> set[str]:
 @graph_pass(requires=("decomposed",), produces=("joint",))
 def apply_placements_pass(prog, ctx: PassContext):
     """Lay the layer out as its plan says and trace it (see module doc): ``prog``
-    (:class:`~galvatron_fx.ir.program.LayerGraphs`) gains its joint graph and layouts."""
+    (:class:`~galvatron_fx.ir.program.LayerGraphs`) gains its joint graph and layouts. A layer
+    at tp 1 that can run locally (:func:`~galvatron_fx.passes.localize_batch.local_problem`)
+    is traced as plain local ops on its rank's share of the batch (:func:`trace_local`)."""
     placed = PlacedLayer(prog.decomposed, prog.option, ctx.mesh, prog.fqns)
     placed.compute_dtype = prog.compute_dtype
     trainable = {p.name for p in ctx.graph.params.values() if p.requires_grad} if ctx.graph is not None else None
@@ -488,8 +589,20 @@ def apply_placements_pass(prog, ctx: PassContext):
     inputs = set(mg.input_names) if mg is not None else set()
     batched = set(mg.batched) if mg is not None else set()
     propagated = _from_batched_inputs(mg) if mg is not None else set()
-    rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, propagated=propagated,
-                       param_dtype=prog.param_dtype)
+    rec = None
+    prog.local = False
+    if mg is not None and prog.option.tp == 1:
+        local = _local_layer(mg, prog, ctx.mesh.size(0), propagated)
+        if isinstance(local, str):
+            log.info("layer %s runs with DTensor on the data-parallel axis: %s", prog.name, local)
+        else:
+            dl_local, layouts = local
+            rec = trace_local(placed, dl_local, layouts, trainable=trainable, inputs=inputs, batched=batched,
+                              propagated=propagated, param_dtype=prog.param_dtype)
+            prog.local = True
+    if rec is None:
+        rec = trace_placed(placed, trainable=trainable, inputs=inputs, batched=batched, propagated=propagated,
+                           param_dtype=prog.param_dtype)
     prog.trace = rec
     prog.joint = rec.joint
     prog.mismatches = sorted(placed.mismatches)
@@ -499,3 +612,37 @@ def apply_placements_pass(prog, ctx: PassContext):
                         bool(ph.meta["val"].is_floating_point() and fqn in trainable))
                        for key, (fqn, _, ph) in placed.param_keys.items()]
     return prog
+
+
+def _local_layer(mg, prog, dp: int, propagated: set[str]):
+    """The layer decomposed at this rank's share of the batch and its outputs' layouts, or why
+    it cannot run locally (a string)."""
+    from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.passes.localize_batch import local_problem, localized
+
+    layer = mg.layer(prog.name)
+    why = local_problem(mg, layer, dp)
+    if why is not None:
+        return why
+    batch = mg.example_shapes[0][0] if mg.example_shapes else 0
+    local_mg = localized(mg, batch // dp) if dp > 1 else mg
+    if local_mg is None:
+        return f"the graph cannot be re-instantiated at {batch // dp} samples"
+    cache = local_mg.gm.meta.setdefault("gfx_local_decomposed", {})
+    if layer.kind not in cache:
+        cache[layer.kind] = decompose_layer(local_mg, local_mg.layer(layer.name)) if local_mg is not mg \
+            else prog.decomposed
+    dl_local = cache[layer.kind]
+    s = mg.batch_scaling
+    by_name = mg.nodes_by_name()
+    layouts = []
+    for name in layer.output_names:
+        for v in tree_flatten(by_name[name].meta.get("val"))[0]:
+            if not isinstance(v, torch.Tensor):
+                continue
+            if dp > 1:
+                dims = (s.dims.get(name) or ((),))[0] if s is not None else ()
+                layouts.append((Shard(0) if 0 in dims else R, R))
+            else:  # as DTensor propagates a batch-sharded input on one rank (input_placements)
+                layouts.append((Shard(0) if name in propagated and v.ndim >= 1 and v.shape[0] > 1 else R, R))
+    return dl_local, layouts

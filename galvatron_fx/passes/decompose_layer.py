@@ -22,6 +22,7 @@ bytes. :func:`check_placements` decomposes the layers of a plan and checks their
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,13 +31,17 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten
 
+from galvatron_fx import shardings
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "param_values"]
 
@@ -74,11 +79,18 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
              for a in ext]
     run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
     grad = _requires_grad(mg)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        # inputs that require grad in training do here too: some ops dispatch to other kernels
-        # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
-        xs = [_fake(a.meta["val"]).requires_grad_(a in grad) for a in ext]
-        gm = make_fx(run, tracing_mode="real")(*xs)
+    try:
+        gm = _traced(run, ext, grad, "cpu")
+    except Exception as e:
+        # an op the CPU cannot run as captured (an integer histogram in a graph captured for
+        # another device): traced on stand-ins of the captured device instead
+        devices = {a.meta["val"].device for a in ext if isinstance(a.meta.get("val"), torch.Tensor)}
+        if devices <= {torch.device("cpu")}:
+            raise
+        log.debug("layer %s traced on %s stand-ins (%s: %s)", layer.name, devices, type(e).__name__, e)
+        gm = _traced(run, ext, grad, None)
+    # rules for the library ops the layer calls (a Hugging Face mixture-of-experts grouped matmul)
+    shardings.ensure_rules({n.target for n in gm.graph.nodes if n.op == "call_function"})
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fqn: dict[str, str] = {}
     for name, p in mg.params.items():
@@ -89,6 +101,14 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
                          param_names={ph.name: fqn[a.name] for ph, a in zip(placeholders, ext) if a.name in fqn})
     _measure_forward(dl)
     return dl
+
+
+def _traced(run, ext: list[fx.Node], grad: set[fx.Node], device: str | None) -> fx.GraphModule:
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        # inputs that require grad in training do here too: some ops dispatch to other kernels
+        # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
+        xs = [_fake(a.meta["val"], device).requires_grad_(a in grad) for a in ext]
+        return make_fx(run, tracing_mode="real")(*xs)
 
 
 def _requires_grad(mg: ModelGraph) -> set[fx.Node]:
@@ -110,9 +130,9 @@ def _is_float(n: fx.Node) -> bool:
     return isinstance(v, torch.Tensor) and v.is_floating_point()
 
 
-def _fake(val) -> torch.Tensor:
+def _fake(val, device: str | None = "cpu") -> torch.Tensor:
     shape = [int(s) for s in val.shape]
-    return torch.empty(shape, dtype=val.dtype, device="cpu")
+    return torch.empty(shape, dtype=val.dtype, device=device or val.device)
 
 
 def _measure_forward(dl: DecomposedLayer) -> None:
@@ -125,9 +145,23 @@ def _measure_forward(dl: DecomposedLayer) -> None:
             elif n.op == "call_function":
                 args = torch.fx.node.map_arg(n.args, lambda a: env[a])
                 kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
-                with CostCounter() as cc:
-                    env[n] = n.target(*args, **kwargs)
-                dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
+                try:
+                    with CostCounter() as cc:
+                        env[n] = n.target(*args, **kwargs)
+                    dl.fwd_flops[n.name], dl.fwd_bytes[n.name] = cc.flops, cc.bytes
+                except Exception:  # (not runnable on CPU stand-ins: see decompose_layer) its bytes
+                    env[n] = _stand_in(n.meta.get("val"))
+                    dl.fwd_flops[n.name] = 0
+                    dl.fwd_bytes[n.name] = sum(t.numel() * t.element_size() for t in tree_flatten((args, kwargs, env[n]))[0]
+                                               if isinstance(t, torch.Tensor))
+
+
+def _stand_in(val):
+    if isinstance(val, torch.Tensor):
+        return _fake(val)
+    if isinstance(val, (list, tuple)):
+        return type(val)(_stand_in(v) for v in val)
+    return val
 
 
 def param_values(dl: DecomposedLayer) -> set[str]:

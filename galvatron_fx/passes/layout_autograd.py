@@ -98,6 +98,48 @@ class _GradInLayout(torch.autograd.Function):
         return g
 
 
+def _grad_together(outs: list) -> list:
+    """The DTensor outputs of one op (a split) as :class:`_GradInLayout` treats one value, with a
+    zero gradient (a DTensor) for those no later op reads: autograd's own would be a plain
+    tensor, which the op's backward (a ``cat``) refuses to mix with DTensors."""
+    idx = [i for i, o in enumerate(outs) if isinstance(o, DTensor) and o.requires_grad]
+    if not idx:
+        return outs
+    got = _GradTogether.apply(*(outs[i] for i in idx))
+    outs = list(outs)
+    for i, o in zip(idx, got):
+        outs[i] = o
+    return outs
+
+
+class _GradTogether(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *xs: DTensor):
+        ctx.set_materialize_grads(False)
+        ctx.specs = [(x.device_mesh, x.placements, x.shape, x.stride(), x._local_tensor.shape, x.dtype) for x in xs]
+        return tuple(DTensor.from_local(x._local_tensor, x.device_mesh, x.placements, run_check=False,
+                                        shape=x.shape, stride=x.stride()) for x in xs)
+
+    @staticmethod
+    def backward(ctx, *gs):
+        out = []
+        for g, (mesh, placements, shape, stride, local_shape, dtype) in zip(gs, ctx.specs):
+            if g is None:
+                zeros = torch.zeros(local_shape, dtype=dtype, device=_local_device(mesh))
+                g = DTensor.from_local(zeros, mesh, tuple(R if p.is_partial() else p for p in placements),
+                                       run_check=False, shape=shape, stride=stride)
+            elif isinstance(g, DTensor) and g.placements[-1].is_partial() and not placements[-1].is_partial():
+                g = g.redistribute(mesh, (*g.placements[:-1], placements[-1]))
+            out.append(g)
+        return tuple(out)
+
+
+def _local_device(mesh: DeviceMesh) -> torch.device:
+    if mesh.device_type == "cpu":
+        return torch.device("cpu")
+    return torch.device(mesh.device_type, torch.get_device_module(mesh.device_type).current_device())
+
+
 class _AsDTensor(torch.autograd.Function):
     """A local parameter shard read as its ``(Replicate, tp_p)`` DTensor. Backward returns a
     plain local gradient in the storage layout whose *sum over dp* is the gradient: the tp

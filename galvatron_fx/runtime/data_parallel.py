@@ -121,9 +121,19 @@ class DataParallelMixin:
         groups: dict[int, list[int]] = {}
         for i in unit:
             groups.setdefault(find(i), []).append(i)
-        for members in groups.values():
+        for members in list(groups.values()):
             exs = [layers[i] for i in members]
             ex = exs[0]
+            # FSDP cannot shard a 0-dim parameter (CLIP's logit scale): such ones stay whole and
+            # are summed over dp with the plain gradients (``_grad_bucketers``); a unit of only
+            # those is no FSDP unit
+            ignored = self._whole_scalars(exs)
+            if all(p in ignored for e in exs for p in e.parameters()):
+                for e in exs:
+                    e.fsdp = False
+                    e._fsdp_ignored.clear()
+                del groups[members[0]]
+                continue
             # mixed precision: FSDP gathers the parameters in the compute dtype and reduce-scatters
             # the gradients in the plan's reduce dtype (fp32 unless the plan chose a 16-bit sum)
             reduce = self._reduce_dtype()
@@ -138,7 +148,7 @@ class DataParallelMixin:
                 # tensors the layer graph reads as they are (no DTensor per parameter and step)
                 self._plain_parameters(exs)
                 fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh["dp"], reshard_after_forward=reshard,
-                            mp_policy=mp, offload_policy=off)
+                            mp_policy=mp, offload_policy=off, ignored_params=ignored or None)
             else:
                 # FSDP's SPMD form wants every parameter on the very mesh object it is given
                 # (meshes are process-wide, see mesh(), so DTensor's spec cache hands back the same one)
@@ -148,12 +158,32 @@ class DataParallelMixin:
                                     f"the layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot "
                                     "shard them with FSDP")
                 fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
-                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp, offload_policy=off)
+                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp, offload_policy=off,
+                            ignored_params=ignored or None)
             for e in exs:
                 e.set_gradient_divide_factor(1.0)
                 e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
         if groups:
             self._fsdp_root([layers[i] for members in groups.values() for i in members])
+
+    @staticmethod
+    def _whole_scalars(exs: list[LayerExecutor]) -> set[nn.Parameter]:
+        """The 0-dim parameters of a unit's layers as plain local tensors (``ex._local``), marked
+        ``ex._fsdp_ignored``: FSDP leaves them whole."""
+        out: set[nn.Parameter] = set()
+        plain: dict[int, nn.Parameter] = {}
+        for ex in exs:
+            for key, p in list(ex.params.items()):
+                if p.ndim != 0:
+                    continue
+                if id(p) not in plain:
+                    local = p.detach()._local_tensor if isinstance(p, DTensor) else p.detach()
+                    plain[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
+                ex.params[key] = plain[id(p)]
+                ex._local.add(key)
+                ex._fsdp_ignored.add(key)
+                out.add(plain[id(p)])
+        return out
 
     @staticmethod
     def _plain_parameters(exs: list[LayerExecutor]) -> None:
@@ -162,6 +192,8 @@ class DataParallelMixin:
         plain: dict[int, nn.Parameter] = {}
         for ex in exs:
             for key, p in list(ex.params.items()):
+                if not isinstance(p, DTensor):  # (plain already: a 0-dim one FSDP leaves whole)
+                    continue
                 if id(p) not in plain:
                     plain[id(p)] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
                 ex.params[key] = plain[id(p)]
@@ -237,9 +269,11 @@ class DataParallelMixin:
         by_group: dict[tuple[int, int], list] = {}
         seen: set[int] = set()
         for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
-            if ex.fsdp or ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
+            if ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
                 continue
             for k in ex.params.keys():
+                if ex.fsdp and k not in ex._fsdp_ignored:  # (FSDP reduce-scatters its own)
+                    continue
                 p = ex.grad_param(k)
                 if k in ex._local and p.requires_grad and id(p) not in in_fast and id(p) not in seen:
                     seen.add(id(p))

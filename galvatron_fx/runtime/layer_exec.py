@@ -111,6 +111,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
             self.fqn_of_key[key] = fqn
         self.lowered = None  # the traced local-op function (see lower())
         self._local: set[str] = set()  # parameters stored as plain local shards (localize())
+        self._fsdp_ignored: set[str] = set()  # of an FSDP unit's, those it leaves whole (0-dim ones)
         self._offloaded: dict[str, _Working] = {}  # key -> host master and working copy (offload())
         # key -> (tp storage placement, global shape, global stride)
         self._meta = {k: (p.placements[1], p.shape, p.stride()) for k, p in self.params.items()}

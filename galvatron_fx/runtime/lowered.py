@@ -65,6 +65,20 @@ def _done(work) -> None:
         _IN_FLIGHT.remove(work)
 
 
+def _strided(g: torch.Tensor, want: tuple | None) -> torch.Tensor:
+    """``g`` laid out with strides ``want`` (a copy where it is not), or contiguous when unknown."""
+    if want is None or len(want) != g.ndim:
+        return g.contiguous()
+    if tuple(g.stride()) == want or g.numel() <= 1:
+        return g
+    out = torch.empty_strided(g.shape, want, dtype=g.dtype, device=g.device)
+    return out.copy_(g)
+
+
+def _contiguous(t):
+    return t if not isinstance(t, torch.Tensor) or t.is_contiguous() else t.contiguous()
+
+
 class _GraphPair:
     """A layer's traced forward and backward graphs and how to call them: the forward returns
     the user outputs then the tensors saved for backward; the backward takes the saved tensors,
@@ -80,6 +94,11 @@ class _GraphPair:
             num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
             hoisted = hoist_saved_all_reduces(bw, num_saved)
         self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoisted]
+        # the strides the backward was traced with for each gradient it takes (a permuted layer
+        # output's gradient may be expected channels-last; a view in the backward depends on it)
+        phs = [n for n in bw.graph.nodes if n.op == "placeholder"]
+        vals = [n.meta.get("val") for n in phs[len(phs) - sum(out_grad):]]
+        self.tangent_strides = [tuple(v.stride()) if isinstance(v, torch.Tensor) else None for v in vals]
         self.fw, self.bw = graph_callable(fw), graph_callable(bw)
         self.num_outputs = num_outputs
         self.num_whole = num_whole
@@ -143,8 +162,9 @@ class _RunGraphs(torch.autograd.Function):
             ctx.works = ()
             for i, t in ctx.hoisted:
                 saved[i] = t
-        # the backward graph was traced with contiguous gradients (as AOTAutograd's runtime makes them)
-        tangents = [g.contiguous() for g, req in zip(grads, graphs.out_grad) if req]
+        # each gradient in the strides the backward graph was traced with (as AOTAutograd's runtime makes them)
+        tangents = [_strided(g, want) for g, want in zip((g for g, req in zip(grads, graphs.out_grad) if req),
+                                                        graphs.tangent_strides)]
         return (None, *graphs.bw(*saved, *tangents), *(None,) * graphs.num_whole)
 
 
@@ -245,7 +265,9 @@ class _Lowered:
             if None in specs:
                 raise ValueError("a lowered layer's first call takes DTensors (it records their layouts)")
             self.in_specs = specs
-        args = (*ex.local_params(), *(x.to_local() if isinstance(x, DTensor) else x for x in xs))
+        # the graphs were traced on contiguous inputs: a non-contiguous one (a permuted output of the
+        # layer before, a channels-last image) is copied, so that a view in them holds
+        args = (*ex.local_params(), *(_contiguous(x.to_local() if isinstance(x, DTensor) else x) for x in xs))
         if not torch.is_grad_enabled():
             flat = self.fn[False](*args)
         elif self.graphs is not None:

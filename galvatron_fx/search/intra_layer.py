@@ -70,6 +70,7 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
+from galvatron_fx.passes.apply_placements import written_through
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
 from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies,
                                                  sharded_activation_fraction, sharded_param_fraction)
@@ -373,6 +374,14 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         else:
             whole = part = 0.0
         compute[n.name] = [part if s.partitioned else whole for s in strategies[n.name]]
+    # an op that writes into a tensor, and the views it writes through, take no partial
+    # placement: a partial sum written into a slice of a buffer is not the buffer's partial sum
+    for name in {n.name for pair in written_through(dl.gm) for n in pair}:
+        if name in strategies and name in compute:
+            keep = [i for i, st in enumerate(strategies[name])
+                    if not any(isinstance(p, Partial) for p in st.inputs + st.outputs if p is not None)]
+            strategies[name] = [strategies[name][i] for i in keep]
+            compute[name] = [compute[name][i] for i in keep]
     consumers: dict[tuple[fx.Node, int], list[tuple[str, int]]] = defaultdict(list)
     for n in calls:
         tensor_args = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]

@@ -116,6 +116,7 @@ def plan(
         mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
     if any(l.costs is None for l in mg.layers):
         raise PlanError("the graph has no costs: capture it with annotate=True")
+    space, coupled_note = one_microbatch_if_coupled(mg, space)
     if len(space.grad_comm_options()) > 1:  # one search per gradient communication allowed
         return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, cost_model=cost_model,
                                    memory_budget=memory_budget, precision=precision, name=name, progress=progress,
@@ -158,8 +159,27 @@ def plan(
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=2)
-    notes = ((found.note,) if found.note else ()) + ((kept,) if kept else ()) + tuple(unused)
+    notes = ((found.note,) if found.note else ()) + ((kept,) if kept else ()) + tuple(unused) \
+        + ((coupled_note,) if coupled_note else ())
     return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan
+
+
+def one_microbatch_if_coupled(mg: ModelGraph, space: SearchSpace) -> tuple[SearchSpace, str | None]:
+    """``space`` held to one micro-batch per step where ``mg`` couples samples
+    (:meth:`~galvatron_fx.ir.graph.ModelGraph.coupled`: a contrastive loss's value for one sample
+    depends on the other samples of its batch, so a loss over micro-batches is another loss), and
+    the note saying so; a ``search`` that asks for more micro-batches only is a ``ConfigError``."""
+    coupled = mg.coupled()
+    if not coupled:
+        return space, None
+    layer, node = next(iter(coupled.items()))
+    why = (f"layer {layer} couples samples (its value {node} holds the batch in two dims: one sample's loss "
+           "depends on the others'), so the whole batch is one micro-batch: the loss over micro-batches "
+           "would be another loss")
+    if space.num_microbatches is not None and 1 not in space.num_microbatches:
+        raise ConfigError(f"search num_microbatches={tuple(space.num_microbatches)}: {why}; allow "
+                          "num_microbatches=(1,), or lower the global batch to what fits in one pass")
+    return dataclasses.replace(space, num_microbatches=(1,)), f"one micro-batch per step: {why}"
 
 
 def default_budget(cluster: Cluster) -> int:

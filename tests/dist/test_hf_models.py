@@ -103,7 +103,7 @@ def _train(model, run_step, batches, *, micro: int = 1, optim=_adamw) -> dict:
         res["step_s"].append(time.perf_counter() - t0)
         want = 0.0
         for i in range(micro):
-            loss = ref(**{k: v.chunk(micro)[i] for k, v in b.items()}).loss
+            loss = ref(**hf_tiny.micro(b, micro, i)).loss
             (loss / micro).backward()
             want += loss.item() / micro
         ref_opt.step()
@@ -205,7 +205,7 @@ def _captured(family: str, pp: int, cache: dict):
     key = (family, pp)
     if key not in cache:
         model, batch = hf_tiny.build(family)
-        mg = gfx.capture(model, (), example_kwargs={k: v[:4 // pp] for k, v in batch.items()})
+        mg = gfx.capture(model, (), example_kwargs=hf_tiny.head(batch, 4 // pp))
         if pp == 1:  # values made whole with a batch dim (masks) are split on dp where read
             mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch(family, 8), annotate=False))
         cache[key] = (model, mg)
@@ -291,7 +291,7 @@ def _budget_case(family: str, world: int) -> dict:
     model, batch = hf_tiny.build(family)
     space = {"tp": (2,), "pp": (1,), "recompute": ("none",), "dp_types": ("ddp",), "num_microbatches": (2,)}
     cluster = gfx.Cluster.local_cpu(world)
-    mg = gfx.capture(model, (), example_kwargs={k: v[:2] for k, v in batch.items()})  # the micro-batch
+    mg = gfx.capture(model, (), example_kwargs=hf_tiny.head(batch, 2))  # the micro-batch
     free = gfx.plan(mg, cluster, global_batch_size=4, search=space, baselines=False)
     cut = max(lp.predicted.memory_breakdown["params"] for lp in free.layers) // 2
     budget = max(free.predicted.peak_memory_bytes) - cut
@@ -317,7 +317,7 @@ def _auto_batch_case(family: str, world: int) -> dict:
     # plain data parallelism, no recomputation, no pipeline: accumulation is the only way to save memory
     space = {"pp": (1,), "tp": (1,), "recompute": ("none",), "dp_types": ("ddp",)}
     cluster = gfx.Cluster.local_cpu(world)
-    mg = gfx.capture(model, (), example_kwargs={k: v[:4] for k, v in batch.items()})
+    mg = gfx.capture(model, (), example_kwargs=hf_tiny.head(batch, 4))
     def peak(gb: int, m: int) -> int:
         return max(gfx.plan(mg, cluster, global_batch_size=gb, search={**space, "num_microbatches": (m,)},
                             baselines=False).predicted.device_peak_bytes)
@@ -411,7 +411,7 @@ def _stage_failure_case(world: int) -> dict:
     from galvatron_fx.runtime import pipeline
 
     model, batch = hf_tiny.build("bert")
-    mg = gfx.capture(model, (), example_kwargs={k: v[:2] for k, v in batch.items()})
+    mg = gfx.capture(model, (), example_kwargs=hf_tiny.head(batch, 2))
     plan = make_plan(mg, world, (world // 2, 1, "none", "none"), gbs=4, m=2, pp=2,
                      boundaries=(0, len(mg.layers) // 2), schedule="1f1b")
     forward = pipeline._Chunk.forward
