@@ -17,8 +17,9 @@ Inputs: the graph's user inputs are the tensors among the positional and keyword
 (``use_cache=False``) are specialised into the graph, and a later call must pass the same
 values. Example inputs that are the same tensor (``labels=input_ids``) are captured as two
 inputs. Lifted tensor constants (``torch.tensor(...)`` in a forward) are kept in
-``ModelGraph.constants``; a model that updates buffers in training (BatchNorm's running
-statistics) is refused with :class:`UnsupportedModelError`.
+``ModelGraph.constants``; the buffers a model updates in training (BatchNorm's running
+statistics) are listed in ``ModelGraph.mutated_buffers``: the runtime updates them as
+``DistributedDataParallel`` does (each rank from its share of the batch, rank 0's kept).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def capture(
         model.train(was_training)
     gm = ep.graph_module
     sig = ep.graph_signature
-    _refuse_buffer_mutations(gm, sig, type(model).__name__)
+    mutated = _mutated_buffers(gm, sig)
     outputs, extra_outputs = _select_loss(gm, ep, type(model).__name__, loss_fn is not None)
     inputs = _user_inputs(sig, args, kwargs)
     strip = (lambda s: s[len(prefix):] if prefix and s.startswith(prefix) else s)
@@ -148,6 +149,7 @@ def capture(
         exported=ep,
         inputs=inputs,
         constants={strip(fqn): t for fqn, t in ep.constants.items() if isinstance(t, torch.Tensor)},
+        mutated_buffers=[strip(fqn) for fqn in mutated],
     )
     ctx = PassContext(
         graph=mg,
@@ -301,12 +303,11 @@ def _user_inputs(sig, args: tuple, kwargs: dict) -> list[InputInfo]:
     return out
 
 
-def _refuse_buffer_mutations(gm, sig, model_name: str) -> None:
-    """A model that writes buffers in training (BatchNorm's running statistics) is refused: the
-    runtime keeps buffers fixed, so the statistics would silently never update. Writes show as
-    the signature's mutated buffers, as ops whose schema writes a buffer input, or as the
-    composite ``batch_norm``/``instance_norm`` in training mode with running statistics (their
-    schema hides the write)."""
+def _mutated_buffers(gm, sig) -> list[str]:
+    """The buffers the model writes in training (BatchNorm's running statistics, its count of
+    batches), as FQNs. Writes show as the signature's mutated buffers, as ops whose schema writes
+    a buffer input, or as the composite ``batch_norm``/``instance_norm`` in training mode with
+    running statistics (their schema hides the write)."""
     buffers = sig.inputs_to_buffers
     mutated = list(sig.buffers_to_mutate.values())
     for n in gm.graph.nodes:
@@ -320,12 +321,7 @@ def _refuse_buffer_mutations(gm, sig, model_name: str) -> None:
             written += [a for a in n.args[3:5] if a is not None]
         mutated += [buffers[a.name] for a in written if isinstance(a, torch.fx.Node) and a.name in buffers
                     and buffers[a.name] not in mutated]
-    if mutated:
-        shown = ", ".join(mutated[:4]) + (f", … {len(mutated) - 4} more" if len(mutated) > 4 else "")
-        raise UnsupportedModelError(
-            f"{model_name} updates buffers while it trains ({shown}): galvatron_fx does not train models "
-            "whose forward writes state, such as BatchNorm's running statistics. Replace BatchNorm by "
-            "LayerNorm or GroupNorm, or capture the model in eval() mode to plan it only")
+    return mutated
 
 
 def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> tuple[list[str], list[str]]:

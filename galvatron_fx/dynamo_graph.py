@@ -47,7 +47,8 @@ _USE_COMPILE = ("use galvatron_fx.compile(model, cluster, example_inputs, global
 
 _ROOT = re.compile(r"""^(?P<scope>[LG])\[(?P<q>['"])(?P<name>.*?)(?P=q)\]""")
 _TOKEN = re.compile(r"""\.(?P<attr>\w+)|\[(?P<idx>-?\d+)\]|\[(?P<q>['"])(?P<key>.*?)(?P=q)\]""")
-_CONTAINERS = {"_modules", "_parameters", "_buffers"}
+# (a module reached through its ``__dict__``, as Dynamo names some of Swin's, is the module itself)
+_CONTAINERS = {"_modules", "_parameters", "_buffers", "__dict__"}
 
 
 def source_path(name: str) -> tuple[str, list[str]] | None:
@@ -155,6 +156,12 @@ def to_shell(gm: fx.GraphModule, sig: GraphSignature, args: Sequence[torch.Tenso
             if n not in env:
                 raise CaptureError(f"graph input {n.name} is neither a user input nor a module's parameter or buffer")
             continue
+        if n.op == "get_attr" and isinstance(_get_nested(gm, n.target), fx.GraphModule):
+            continue  # a custom autograd function's forward or backward body (inlined below)
+        if n.op == "call_function" and n.target is _AUTOGRAD_FUNCTION:
+            env[n] = _inline_forward(g, _get_nested(gm, n.args[0].target), [env[a] for a in n.args[2:]],
+                                     _fqn_stack(n.meta.get("nn_module_stack") or {}, sig))
+            continue
         if n.op == "get_attr":  # a constant or (older Dynamo) a parameter held by the graph module
             target = flat.get(n.target, n.target)
             _set_nested(root, target, _get_nested(gm, n.target))
@@ -164,14 +171,45 @@ def to_shell(gm: fx.GraphModule, sig: GraphSignature, args: Sequence[torch.Tenso
         new = g.node_copy(n, lambda a: env[a])
         stack = n.meta.get("nn_module_stack")
         if stack:
-            fixed = {}
-            for key, (path, cls) in stack.items():
-                p = sig.module_path(path)
-                if p:  # a root itself is not part of a module stack
-                    fixed[key] = (p, cls)
-            new.meta = dict(new.meta, nn_module_stack=fixed)
+            new.meta = dict(new.meta, nn_module_stack=_fqn_stack(stack, sig))
         env[n] = new
     return fx.GraphModule(root, g, class_name="GalvatronShell")
+
+
+_AUTOGRAD_FUNCTION = torch.ops.higher_order.autograd_function_apply
+
+
+def _fqn_stack(stack: dict, sig: GraphSignature) -> dict:
+    """An ``nn_module_stack`` with Dynamo's paths as FQNs (roots dropped)."""
+    fixed = {}
+    for key, (path, cls) in stack.items():
+        p = sig.module_path(path)
+        if p:  # a root itself is not part of a module stack
+            fixed[key] = (p, cls)
+    return fixed
+
+
+def _inline_forward(g: fx.Graph, body: fx.GraphModule, args: list, stack: dict):
+    """A custom ``torch.autograd.Function`` (Dynamo's ``autograd_function_apply``) as the ops of
+    its forward, copied into ``g`` (with the call's module stack): autograd then differentiates
+    them, where the function's own backward would (the same derivative for a function whose
+    backward is its forward's, as BLOOM's GeLU; the runtime differentiates every layer so). Its
+    grad-mode switches are dropped. Returns the forward's outputs, as the call returns them."""
+    env: dict[fx.Node, object] = {}
+    phs = [n for n in body.graph.nodes if n.op == "placeholder"]
+    env.update(zip(phs, args))
+    for n in body.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            outs = n.args[0][0] if isinstance(n.args[0], (tuple, list)) else n.args[0]
+            return fx.node.map_arg(outs, lambda a: env[a])
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled:
+            continue
+        new = g.node_copy(n, lambda a: env[a])
+        new.meta = dict(n.meta, nn_module_stack=stack)
+        env[n] = new
+    raise CaptureError("a custom autograd function's forward body has no output")
 
 
 def _get_nested(mod: nn.Module, target: str):

@@ -182,6 +182,8 @@ class ModelGraph:
     batched: set[str] = field(default_factory=set)
     # how every size follows the batch (from the same probe as ``batched``); None: unknown
     batch_scaling: BatchScaling | None = None
+    # FQNs of the buffers the forward writes in training (BatchNorm's running statistics)
+    mutated_buffers: list[str] = field(default_factory=list)
 
     # ---- inputs -------------------------------------------------------------------------------
     def bind_inputs(self, args=(), kwargs=None) -> list[torch.Tensor]:

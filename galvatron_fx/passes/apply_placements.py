@@ -53,7 +53,7 @@ from galvatron_fx.passes.layout_autograd import (_AsDTensor, _grad_together, _mo
                                                  _to_partial)
 from galvatron_fx.passes.runner import PassContext, graph_pass
 
-__all__ = ["IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_local",
+__all__ = ["HIDDEN_WRITES", "IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_local",
            "trace_placed"]
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,12 @@ def _fresh(n: fx.Node) -> bool:
         and t._overloadpacket not in (torch.ops.aten.alias, torch.ops.aten._unsafe_view, torch.ops.aten.detach)
 
 
+# ops whose schema hides a write: (index of the ``training`` flag, indices of the arguments
+# written when it is set) — batch norm's running statistics
+HIDDEN_WRITES = {aten.native_batch_norm.default: (5, (3, 4)), aten._native_batch_norm_legit.default: (5, (3, 4)),
+                 aten.batch_norm.default: (5, (3, 4)), aten.instance_norm.default: (5, (3, 4))}
+
+
 def written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
     """``(op, argument)`` pairs the interpreter must pass as they are: an argument an op writes in
     place, and along its chain of views the base each view reads. Redistributing any of them
@@ -107,8 +113,12 @@ def written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
         t = n.target
         if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
             continue
-        for a, arg in zip(n.args, t._schema.arguments):
-            if not (isinstance(a, fx.Node) and arg.alias_info is not None and arg.alias_info.is_write):
+        hidden = HIDDEN_WRITES.get(t)
+        for i, (a, arg) in enumerate(zip(n.args, t._schema.arguments)):
+            writes = arg.alias_info is not None and arg.alias_info.is_write
+            if hidden is not None and i in hidden[1] and len(n.args) > hidden[0] and n.args[hidden[0]] is True:
+                writes = True
+            if not (isinstance(a, fx.Node) and writes):
                 continue
             user, base = n, a
             while True:
@@ -446,6 +456,9 @@ class Trace:
     joint_inputs: object = None
     num_fwd_outputs: int = 0
     aot_graphs: dict = field(default_factory=dict)  # "fw"/"bw" -> what AOTAutograd's compilers got
+    # positions of the (non-parameter) inputs the layer writes in place, whose new values the
+    # forward returns after its outputs (trace_local)
+    buffer_inputs: list = field(default_factory=list)
 
 
 def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtype | None,
@@ -493,10 +506,17 @@ def trace_local(placed: PlacedLayer, local: DecomposedLayer, out_layouts: list, 
         if got != want:
             raise ValueError(f"input {ph.name}: the local graph takes {got}, its layout gives {want}")
     glob_out = [v for v in tree_flatten(_output_vals(placed.gm))[0]]
+    # inputs the layer writes in place (BatchNorm's running statistics): the graph writes a copy
+    # and hands it back after its outputs, for the runtime to store (no input mutation: the
+    # graphs keep the form the runtime calls directly)
+    written = {local_phs.index(base) for _user, base in written_through(local.gm) if base.op == "placeholder"}
+    rec.buffer_inputs = [position[ph] for i, ph in enumerate(ph_of) if i in written and ph in position]
 
     def traced(*flat):
         params = dict(zip(keys, flat[:len(keys)]))
-        xs = flat[len(keys):]
+        xs = list(flat[len(keys):])
+        for i in rec.buffer_inputs:
+            xs[i] = xs[i].clone()
         args = [placed._cast(params[placed._param_of[ph.name]]) if ph.name in placed._param_of else xs[position[ph]]
                 for ph in ph_of]
         outs = local.gm(*args)
@@ -509,7 +529,7 @@ def trace_local(placed: PlacedLayer, local: DecomposedLayer, out_layouts: list, 
                 ret.append(o)
             else:
                 rec.out_consts[i] = o
-        return tuple(ret)
+        return (*ret, *(xs[i] for i in rec.buffer_inputs))
 
     return _aot_trace(placed, traced, rec, trainable, param_dtype)
 

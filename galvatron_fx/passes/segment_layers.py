@@ -22,7 +22,8 @@ Algorithm:
    without any block group falls back to one layer per top-level child module.
 4. No layer may read a value a later layer makes (``_forward_only``): the reader moves to the
    later layer when nothing earlier reads it, else the value's producers move back to the
-   reader's layer when they read nothing newer; otherwise ``UnsupportedModelError``.
+   reader's layer when they read nothing newer; otherwise ``UnsupportedModelError``. The
+   ``getitem``s of an op with several outputs join its layer (layers hand on tensors only).
 5. ``kind`` = a hash of the layer's canonical form: each node's op, output shapes/dtypes,
    constant arguments and wiring (argument → position of its producer inside the layer, or
    of its external input), with external inputs described by shape, dtype and whether they
@@ -269,6 +270,13 @@ def _forward_only(segments: list[tuple[str, LayerRole, list[fx.Node]]],
             f"layer {segments[here][0]!r} reads {src.name} ({src.format_node()[:80]}), which the later layer "
             f"{segments[there][0]!r} makes from values of its own: galvatron_fx runs layers in order. Compute the "
             "value in the module that first needs it, or keep the modules of one step in one block")
+    # an op with several outputs (a split, a max with its indices) keeps its ``getitem``s: layers
+    # hand each other tensors, never a tuple
+    for n in gm.graph.nodes:
+        if n in layer_of and isinstance(n.meta.get("val"), (tuple, list)):
+            for u in list(n.users):
+                if u.target is operator.getitem and layer_of.get(u, layer_of[n]) != layer_of[n]:
+                    move(u, layer_of[n])
     return [(name, role, nodes) for (name, role, _), nodes in zip(segments, members) if nodes]
 
 

@@ -212,9 +212,11 @@ class _Lowered:
         self._out_grad: list[bool] | None = None  # which outputs of a training call require grad
         self.program = None  # the LayerGraphs it runs, if it was given one
         self.whole_inputs: list[int] = []  # inputs the program's forward also takes whole
+        self.num_writes = 0  # inputs the layer writes (trace_local): their new values end the forward's outputs
         if program is not None and program.simple and program.fw is not None:
             tr = program.trace
             self.program = program
+            self.num_writes = len(tr.buffer_inputs)
             self.whole_inputs = list(program.whole_inputs)
             self.in_specs, self.in_dtypes = list(tr.in_specs), list(tr.in_dtypes)
             self.out_specs, self.out_tree, self.out_consts = list(tr.out_specs), tr.out_tree, dict(tr.out_consts)
@@ -268,7 +270,10 @@ class _Lowered:
         # the graphs were traced on contiguous inputs: a non-contiguous one (a permuted output of the
         # layer before, a channels-last image) is copied, so that a view in them holds
         args = (*ex.local_params(), *(_contiguous(x.to_local() if isinstance(x, DTensor) else x) for x in xs))
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and self.graphs is not None:  # the program's forward, nothing saved
+            call = (*args, *wholes) if self.graphs.num_whole else args
+            flat = tuple(self.graphs.fw(*call)[:self.graphs.num_outputs])
+        elif not torch.is_grad_enabled():
             flat = self.fn[False](*args)
         elif self.graphs is not None:
             flat = _RunGraphs.run(self.graphs, (*args, *wholes) if self.graphs.num_whole else args)
@@ -277,6 +282,10 @@ class _Lowered:
             self._out_grad = [t.requires_grad for t in flat]
             if "bw" in self._graphs:  # AOT compiles the backward at the first backward
                 self.graphs = _GraphPair.make(self._graphs["fw"], self._graphs["bw"], self._out_grad)
+        if self.num_writes and self.graphs is not None and len(flat) == self.graphs.num_outputs:
+            # the new values of the inputs it writes, for the caller to store
+            ex.written_values = [t.detach() for t in flat[len(flat) - self.num_writes:]]
+            flat = flat[:len(flat) - self.num_writes]
         if unwrapped and not self.out_consts:
             return tuple(flat)  # the layer's outputs, flat (see rewrap)
         it = iter(zip(flat, self.out_specs))

@@ -263,6 +263,14 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters
         self._dtensor_params = [(ex, k) for ex in self.executors for k in ex.params if k not in ex._local]
         self._bucketers = self._grad_bucketers()
+        # (buffer FQN, the executor of the first layer here that reads it) per buffer the forward writes
+        reads = {fqn: ex for i, ex in zip(self.layer_ids, self.executors) for fqn in reversed(mg.layers[i].param_names)}
+        self._written_buffers = [(fqn, reads[fqn]) for fqn in mg.mutated_buffers if fqn in reads
+                                 and fqn in self._buffers_full]
+        # the buffers this module's state holds: those its layers read, and those no layer reads
+        # (a pipeline stage does not hold a copy of another stage's, which that stage updates)
+        read_anywhere = {fqn for layer in mg.layers for fqn in layer.param_names}
+        self._own_buffers = {fqn for fqn in self._buffers_full if fqn in reads or fqn not in read_anywhere}
         # what train_step takes (the plan's; the search's when compile was given an automatic batch)
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, plan.num_microbatches
 
@@ -382,6 +390,28 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names, wrap=wrap)
         return loss
 
+    @torch.no_grad()
+    def _store_written(self, ex) -> None:
+        """The buffers ``ex``'s layer wrote (a local layer's graph hands their new values back)."""
+        names = [ex.feeds[i][0] for i in ex.lowered.program.trace.buffer_inputs]
+        for name, value in zip(names, ex.written_values):
+            fqn = self._node_fqn.get(name)
+            if fqn in self._buffers_full:
+                self._buffers_full[fqn].copy_(value)
+        ex.written_values = []
+
+    @torch.no_grad()
+    def sync_buffers(self) -> None:
+        """Buffers the forward wrote (BatchNorm's running statistics, ``mg.mutated_buffers``)
+        made rank 0's on every rank of the layer that writes them, as ``DistributedDataParallel``
+        broadcasts them: each rank updated its copy from its own share of the batch."""
+        for fqn, ex in self._written_buffers:
+            b = self._buffers_full[fqn]
+            for axis, dim in (("tp", 1), ("dp", 0)):  # from tp coordinate 0, then from dp coordinate 0
+                if ex.mesh.size(dim) > 1:
+                    group = ex.mesh.get_group(axis)
+                    dist.broadcast(b, src=dist.get_global_rank(group, 0), group=group)
+
     def run_layers(self, env: dict[str, object], outputs: Sequence[str], *, wrap: bool = True) -> list:
         """Run this module's layers on ``env`` (value name -> DTensor, or a full tensor for user
         inputs), adding their outputs to it; returns the values named ``outputs`` (DTensors for
@@ -394,10 +424,14 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
             if ex.lowered is not None and ex.lowered.whole_inputs:
                 xs += [self._whole_input(ex.feeds[i][0], env) for i in ex.lowered.whole_inputs]
             outs = run(*xs)
+            if ex.lowered is not None and ex.lowered.num_writes:
+                self._store_written(ex)
             if ex.lowered is not None:
                 outs = ex.lowered.rewrap(outs)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             env.update(zip(ex.layer_outputs, outs))
+        if self._written_buffers:
+            self.sync_buffers()
         return [v.dtensor() if wrap and isinstance(v, LocalValue) else v for v in (env[n] for n in outputs)]
 
     # ---- training ---------------------------------------------------------------------------
@@ -465,7 +499,8 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         for alias, fqn in self._unused_aliases.items():
             out.setdefault(alias, out[fqn])
         for fqn, b in self._buffers_full.items():
-            out.setdefault(fqn, b.clone())
+            if fqn in self._own_buffers:
+                out.setdefault(fqn, b.clone())
         return out
 
     # ---- checkpoints (galvatron_fx.runtime.checkpoint) ----------------------------------------

@@ -166,9 +166,22 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
         crossing = self._crossing(bounds)
         layout = self._layout()
         self.chunks = nn.ModuleList()
-        stages = []
+        self.scaler = LossScaler() if plan.precision == "fp16" else None
+        self.guard = StepGuard()
         device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
         self.device = device
+        try:
+            self._build(model, mg, plan, mine, chunks, crossing, layout, meshes, resolve, dump_dir)
+        except Exception as e:  # a stage that cannot be built: every rank hears of it (below), none waits
+            self._check_chunks_run(crossing, layout, failed=e)
+        self._check_chunks_run(crossing, layout)
+
+    def _build(self, model, mg, plan, mine, chunks, crossing, layout, meshes, resolve, dump_dir) -> None:
+        """This rank's chunks, their ``PipelineStage`` and the schedule (no collective across stages)."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+        pp, m, device = plan.pp, plan.num_microbatches, self.device
+        stages = []
         for c in mine:
             body = ParallelModule(model, mg, plan, resolve=resolve, layers=chunks[c], meshes=meshes,
                                   dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}")
@@ -186,9 +199,6 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
         self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
         self._first = self.stage == 0
 
-        self.scaler = LossScaler() if plan.precision == "fp16" else None
-        self.guard = StepGuard()
-
         def loss_fn(out, _target):
             scale = self.scaler.scale if self.scaler is not None else 1.0
             return out.float().sum() * (scale / m)
@@ -201,7 +211,6 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
             self.schedule = cls(stage, m, loss_fn=loss_fn, scale_grads=False)
         self._cross_tied = self._cross_chunk_ties()
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
-        self._check_chunks_run(crossing, layout)
 
     @property
     def program(self):
@@ -222,16 +231,25 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
                 out.timings_s[k] = out.timings_s.get(k, 0.0) + v
         return out
 
-    def _check_chunks_run(self, crossing: list[list[str]], layout: dict) -> None:
+    def _check_chunks_run(self, crossing: list[list[str]], layout: dict, failed: Exception | None = None) -> None:
         """Run each of this rank's chunks forward and backward once on zeros, apart from the
         schedule, and agree over the world on the outcome: a chunk that fails (an op the runtime
-        cannot run, a value it cannot send) raises the same ``PlanError`` on every rank here,
+        cannot run, a value it cannot send), or could not be built at all (``failed``: its
+        lowering's error), raises the same ``PlanError`` on every rank here, naming the error,
         instead of leaving the other stages blocked in a receive until the process group's
-        timeout. The random state, gradients and in-flight work are as they were before."""
+        timeout. The random state, gradients, written buffers and in-flight work are as they were
+        before."""
         from galvatron_fx.runtime.lowered import wait_in_flight
 
+        if failed is not None:
+            errors: list = [None] * dist.get_world_size()
+            dist.all_gather_object(errors, f"{type(failed).__name__}: {failed}")
+            self._raise_failed(errors)
         error = None
         rng = torch.get_rng_state()
+        # buffers the forward writes (BatchNorm's statistics) are as they were after the check too
+        written = [(ch.body._buffers_full[fqn], ch.body._buffers_full[fqn].clone())
+                   for ch in self.chunks for fqn, _ in ch.body._written_buffers]
         try:
             for c, chunk in zip([c for c in range(len(crossing) - 1) if c % self.plan.pp == self.stage], self.chunks):
                 ins = [x.detach().zero_().requires_grad_(x.requires_grad)
@@ -249,13 +267,21 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
             error = f"{type(e).__name__}: {e}"
         finally:
             torch.set_rng_state(rng)
+            with torch.no_grad():
+                for b, before in written:
+                    b.copy_(before)
             for p in self.parameters():
                 p.grad = None
             for ch in self.chunks:  # offloaded layers' working copies (no parameters of the module)
                 for w in ch.body._working:
                     w.copy.grad = None
-        errors: list = [None] * dist.get_world_size()
+        errors = [None] * dist.get_world_size()
         dist.all_gather_object(errors, error)
+        self._raise_failed(errors)
+
+    def _raise_failed(self, errors: list) -> None:
+        """The ``PlanError`` every rank raises when some rank's chunks failed (``errors``: each
+        rank's error, or None)."""
         failed = [(r, e) for r, e in enumerate(errors) if e is not None]
         if failed:
             ranks = [r for r, _ in failed]

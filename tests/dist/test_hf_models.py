@@ -252,6 +252,41 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _ddp_case(family: str, spec: str, world: int, cache: dict) -> dict:
+    """A model whose forward writes buffers (BatchNorm) under a data-parallel plan, against
+    ``DistributedDataParallel`` on the same ranks: each rank normalises with its own share's
+    statistics, the gradients are averaged, and rank 0's running statistics are kept."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    model, mg = _captured(family, 1, cache)
+    plan = make_plan(mg, world, SPECS[spec], gbs=4, m=1, name=f"{family}-{spec}")
+    pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    ref = DistributedDataParallel(copy.deepcopy(model))
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    rank, n = dist.get_rank(), 4 // world
+    res = {"loss_rel": [], "step_s": [0.0]}
+    for b in _batches(family, 4):
+        got = pm.train_step(b, opt)
+        loss = ref(**{k: v[rank * n:(rank + 1) * n] if isinstance(v, torch.Tensor) else v for k, v in b.items()}).loss
+        loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        want = loss.detach().clone()
+        dist.all_reduce(want)
+        res["loss_rel"].append(abs(got - want.item() / world) / abs(want.item() / world))
+    ref_sd = {k: v.detach().clone() for k, v in ref.module.state_dict().items()}
+    for v in ref_sd.values():  # (DDP broadcasts rank 0's buffers at its next forward: take them now)
+        dist.broadcast(v, 0)
+    res["ref_sd"] = ref_sd
+    res["buffers"] = sorted(mg.mutated_buffers)
+    return _param_errors(res, pm.state_dict())
+
+
 def _compile_case(family: str, world: int) -> dict:
     """The plan ``compile()`` searches (on rank 0, broadcast), two micro-batches of a batch of 8."""
     import torch

@@ -116,13 +116,14 @@ class _WithBatchNorm(_Blocks):
         return F.mse_loss(self.out(h), y)
 
 
-def test_batchnorm_in_training_is_refused_with_advice():
+def test_buffers_batchnorm_writes_in_training_are_listed():
     model = _WithBatchNorm()
     x, y = torch.randn(4, 8), torch.randn(4, 4)
-    with pytest.raises(UnsupportedModelError, match=r"updates buffers.*running_mean.*LayerNorm"):
-        gfx.capture(model, (x, y))
-    mg = gfx.capture(model.eval(), (x, y))  # in eval mode nothing is written: it can be planned
+    mg = gfx.capture(model, (x, y))
+    stats = {f"blocks.{i}.1.{b}" for i in range(2) for b in ("running_mean", "running_var", "num_batches_tracked")}
+    assert set(mg.mutated_buffers) == stats, mg.mutated_buffers
     assert len(mg.blocks()) == 2
+    assert gfx.capture(model.eval(), (x, y)).mutated_buffers == []  # in eval mode nothing is written
 
 
 _DETERMINISM = textwrap.dedent('''
