@@ -52,7 +52,9 @@ Algorithm (under ``torchrun``):
    accumulates it (summed over the layers that read a tied weight) into the user's ``.grad``.
    The executors' own parameter copies are released: the user's tensors are the only copy.
 4. Each call: ``ParallelModule.forward`` on the user inputs with the parameters and buffers
-   Dynamo passes in this call; returns ``(loss,)`` as Dynamo's graph does.
+   Dynamo passes in this call; returns ``(loss,)`` as Dynamo's graph does. A call with another
+   input shape recompiles (Dynamo's automatic dynamic shapes are switched off in the process at
+   the first graph: a plan is for one shape) and is planned and built on its own.
 """
 
 from __future__ import annotations
@@ -481,7 +483,21 @@ def galvatron_fx_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
                           "for CPU processes) or options={'plan': ...} to run a saved plan")
     sig = GraphSignature.of(gm, example_inputs)
     check_whole_graph(gm, example_inputs, sig)
+    _static_recompiles()
     return _Parallel(gm, sig, opts)
+
+
+def _static_recompiles() -> None:
+    """Dynamo's *automatic* dynamic shapes off in this process (a plan is for one shape): a call
+    with another batch or sequence length then recompiles a static graph, which the backend plans
+    and builds on its own, instead of handing it one with symbolic sizes. ``torch.compile(...,
+    dynamic=True)`` still asks for symbolic sizes, and is refused by :func:`check_whole_graph`."""
+    import torch._dynamo.config as dynamo_config
+
+    if dynamo_config.automatic_dynamic_shapes:
+        dynamo_config.automatic_dynamic_shapes = False
+        log.info("%s backend: Dynamo's automatic dynamic shapes are off in this process: each new input shape "
+                 "compiles, plans and builds once (up to torch._dynamo.config.recompile_limit shapes)", BACKEND_NAME)
 
 
 def _entry_point_declared() -> bool:

@@ -6,7 +6,8 @@ passes them. Families cover the attention, MLP and norm code the runtime must ha
 (Conv1D, learned positions), Llama and Qwen2 (RMSNorm, rotary, GQA; Qwen2 with q/k/v biases),
 BERT (masked LM, token types), T5 (encoder-decoder, learned relative bias, labels shifted
 inside), ViT (patches, image classification), GPT-NeoX (fused QKV, parallel residual), Phi
-(partial rotary, parallel attention/MLP) and OPT (learned offset positions, pre-LN).
+(partial rotary, parallel attention/MLP) and OPT (learned offset positions, pre-LN); and the
+families of :data:`MOE_FAMILIES`, :data:`VISION_FAMILIES` and :data:`OTHER_FAMILIES`.
 """
 
 from __future__ import annotations

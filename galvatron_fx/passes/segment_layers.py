@@ -11,7 +11,10 @@ the outermost block-group member in its module stack.
 
 Algorithm:
 1. Find block groups from the module stacks of all call nodes; keep only the outermost
-   (a group nested inside a member of another group, e.g. experts inside a block, is not one).
+   (a group nested inside a member of another group, e.g. experts inside a block, is not one),
+   except that a member holding a group whose members form a chain (each reads what the one
+   before made: the blocks of a vision model's stage) is that group's members instead (one
+   level down; the stage's other nodes, a downsampling, form their own layer).
 2. Give each call node its owner; nodes without provenance (``getitem``, constants) take the
    owner of the node they read from, or of the previous node.
 3. Cut the node sequence into runs of equal owner. Runs owned by a block are ``block`` layers
@@ -69,23 +72,52 @@ def module_stack(node: fx.Node, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def _block_members(call_nodes: list[fx.Node], prefix: str) -> set[str]:
-    """Module FQNs that are members of an outermost block group."""
+    """Module FQNs that are members of an outermost block group, refined to a group nested in a
+    member where that group's members form a chain (each reads what the one before made: the
+    blocks of a vision model's stage); a nested group that is no chain (experts, each run on its
+    own tokens) stays inside its block."""
     cls_of: dict[str, str] = {}
+    nodes_of: dict[str, list[fx.Node]] = {}
     for n in call_nodes:
         for path, cls in module_stack(n, prefix):
             cls_of.setdefault(path, cls)
+            nodes_of.setdefault(path, []).append(n)
     groups: dict[tuple[str, str], set[str]] = {}
     for path, cls in cls_of.items():
         parent, _, last = path.rpartition(".")
         if _INT.match(last):
             groups.setdefault((parent, cls), set()).add(path)
-    members = set().union(*(g for g in groups.values() if len(g) >= 2)) if groups else set()
+    groups = {k: g for k, g in groups.items() if len(g) >= 2}
+    members = set().union(*groups.values()) if groups else set()
 
-    def nested(path: str) -> bool:
+    def nested(path: str, within: str = "") -> bool:
         parts = path.split(".")
-        return any(".".join(parts[:i]) in members for i in range(1, len(parts)))
+        return any(".".join(parts[:i]) in members and ".".join(parts[:i]).startswith(within)
+                   for i in range(1, len(parts)) if ".".join(parts[:i]) != within)
 
-    return {m for m in members if not nested(m)}
+    out: set[str] = set()
+    for m in (m for m in members if not nested(m)):  # (one level down: a stage's blocks, not their parts)
+        inner = [sorted(g, key=lambda p: int(p.rpartition(".")[2])) for (parent, _), g in groups.items()
+                 if parent.startswith(m + ".") or parent == m]
+        inner = [g for g in inner if not nested(g[0], m) and _chained(g, nodes_of, call_nodes)]
+        out |= {p for g in inner for p in g} if inner else {m}
+    return out
+
+
+def _chained(paths: list[str], nodes_of: dict[str, list[fx.Node]], calls: list[fx.Node]) -> bool:
+    """Whether each of the modules ``paths`` (in order) reads, through nodes of none of them,
+    a value the module before it made (``calls``: every call node, in graph order)."""
+    member = {n: i for i, p in enumerate(paths) for n in nodes_of.get(p, ())}
+    last: dict[fx.Node, int] = {}  # a node outside the members -> the latest member its inputs come from
+    chained = set()
+    for n in calls:
+        srcs = [member[a] if a in member else last.get(a, -1) for a in n.all_input_nodes]
+        if n in member:
+            if member[n] - 1 in srcs:
+                chained.add(member[n])
+        else:
+            last[n] = max(srcs, default=-1)
+    return all(i in chained for i in range(1, len(paths)))
 
 
 def _owners(gm: fx.GraphModule, prefix: str) -> dict[fx.Node, str | None]:

@@ -265,8 +265,11 @@ class OptionCache:
         self.solve_s += fast.solve_s
         # a tp > 1 option shards something: one that keeps the whole layer on every tp rank
         # is the tp = 1 layer with its compute repeated, and "tp" would name no tensor
-        # parallelism at all (the memory-lean option below is offered instead)
-        if fast.param_fraction < 0.99 or fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99:
+        # parallelism at all (the memory-lean option below is offered instead); a layer with
+        # weights shards some of them (Ulysses, which keeps them whole by design, aside)
+        has_params = any(r == "param" for r in dl.input_roles)
+        if fast.param_fraction < 0.99 or (sp == SPMode.ULYSSES or not has_params) and (
+                fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99):
             opts.append(fast)
         if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
             lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,

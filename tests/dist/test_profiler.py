@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def _worker(rank: int, port: int, tmp: str) -> None:
         Path(f"{tmp}/rc{rank}").write_text(f"{rc} {rc2}")
     finally:
         dist.destroy_process_group()
+    # past the interpreter's finalization, where gloo's threads can abort a finished rank (as
+    # harness.run_jobs ends its ranks)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +52,9 @@ def profiled(tmp_path_factory) -> Path:
     except mp.ProcessExitedException as e:  # a gloo rank aborting in C++ on a loaded host: once more (harness.spawn)
         if e.exit_code is not None and e.exit_code >= 0:
             raise
+        if all((tmp / f"rc{r}").exists() for r in range(WORLD)):  # (it died on its way out: the results stand)
+            warnings.warn(f"a spawned rank died by a signal after writing its results ({e})", stacklevel=2)
+            return tmp
         warnings.warn(f"a spawned rank died by a signal ({e}); running the profile once more", stacklevel=2)
         tmp = tmp_path_factory.mktemp("prof")
         mp.spawn(_worker, args=(free_port(), str(tmp)), nprocs=WORLD)
