@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "param_values"]
+__all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "param_values", "requires_grad_values"]
 
 
 @dataclass
@@ -109,6 +109,14 @@ def _traced(run, ext: list[fx.Node], grad: set[fx.Node], device: str | None) -> 
         # then (an attention mask that requires grad takes SDPA's math path, differentiable in it)
         xs = [_fake(a.meta["val"], device).requires_grad_(a in grad) for a in ext]
         return make_fx(run, tracing_mode="real")(*xs)
+
+
+def requires_grad_values(mg: ModelGraph) -> set[str]:
+    """Names of the captured graph's values that require grad in training (kept on the graph)."""
+    cache = mg.gm.meta.get("gfx_requires_grad")
+    if cache is None:
+        cache = mg.gm.meta["gfx_requires_grad"] = {n.name for n in _requires_grad(mg)}
+    return cache
 
 
 def _requires_grad(mg: ModelGraph) -> set[fx.Node]:

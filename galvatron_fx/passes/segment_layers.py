@@ -313,8 +313,10 @@ def _forward_only(segments: list[tuple[str, LayerRole, list[fx.Node]]],
 
 
 
-def kind_hash(nodes: list[fx.Node], param_nodes: set[str]) -> str:
-    """Structural hash of a layer: ops, shapes, dtypes, constants and wiring; never names."""
+def kind_hash(nodes: list[fx.Node], param_nodes: set[str], *, floats: bool = True) -> str:
+    """Structural hash of a layer: ops, shapes, dtypes, constants and wiring; never names.
+    ``floats=False``: float constants left out (blocks that differ only in a scale or a drop
+    probability, as a vision model's stochastic depth rates, hash alike: their placements do)."""
     local = {n: i for i, n in enumerate(nodes)}
     ext: dict[fx.Node, int] = {}
     parts: list[str] = []
@@ -343,6 +345,8 @@ def kind_hash(nodes: list[fx.Node], param_nodes: set[str]) -> str:
             return "device"  # the same layer on meta, fake or real devices is one kind
         if isinstance(a, torch.dtype | torch.memory_format | torch.layout):
             return str(a)
+        if not floats and type(a) is float:
+            return "f"
         return repr(a)
 
     for n in nodes:

@@ -55,6 +55,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
@@ -110,10 +111,18 @@ class _Chunk(nn.Module):
         self.layout = layout  # value -> ((dp, tp) of its producer, canonical placements, shape)
         self.is_last = is_last
         self.loss_spec = None  # (mesh, placements) of the loss, on the last chunk
+        grads = requires_grad_values(body.mg)
+        self.constant = {n for n in in_names if n not in grads}  # inputs that need no gradient
 
     def forward(self, *xs: torch.Tensor):
         env: dict[str, object] = {}
         for name, x in zip(self.in_names, xs):
+            if name in self.constant:
+                # a value that needs no gradient in training (a mask): the schedule hands every
+                # received tensor over requiring one, which would take its readers off the
+                # kernels the layers were traced with (a mask requiring grad is not one CPU flash
+                # attention takes); its gradient goes back as zeros
+                x = x.detach()
             if name not in self.layout:  # a user input, whole
                 env[name] = x
                 continue

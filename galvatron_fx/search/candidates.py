@@ -64,6 +64,7 @@ from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
+from galvatron_fx.passes.segment_layers import kind_hash
 from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
@@ -140,6 +141,7 @@ class OptionCache:
     _shares: dict = field(default_factory=dict)
     _inputs: dict = field(default_factory=dict)
     _fqns: dict = field(default_factory=dict)
+    _twin: dict = field(default_factory=dict)
 
     @classmethod
     def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
@@ -226,6 +228,18 @@ class OptionCache:
             self._shares[key] = out
         return self._shares[key]
 
+    def _twins(self) -> dict[str, str]:
+        """Layer kind -> the first kind whose layer hashes alike without float constants."""
+        if not self._twin:
+            by_name = self.mg.nodes_by_name()
+            params = {node for p in self.mg.params.values() for node in p.nodes}
+            first: dict[str, str] = {}
+            for layer in self.mg.layers:
+                if layer.kind not in self._twin:
+                    key = kind_hash([by_name[n] for n in layer.node_names], params, floats=False)
+                    self._twin[layer.kind] = first.setdefault(key, layer.kind)
+        return self._twin
+
     def _fqn_of(self) -> dict[str, str]:
         if not self._fqns:
             self._fqns.update({node: fqn for fqn, p in self.mg.params.items() for node in p.nodes})
@@ -239,6 +253,12 @@ class OptionCache:
         cannot use (tp, sp)."""
         key = (layer.kind, tp, sp)
         if key in self.options:
+            return self.options[key]
+        # a kind that differs from one solved only in float constants (a drop probability) takes
+        # its solution: the placements name the same decomposed nodes and price the same work
+        twin = self._twins().get(layer.kind)
+        if twin is not None and twin != layer.kind and (twin, tp, sp) in self.options:
+            self.options[key] = [dataclasses.replace(o, kind=layer.kind) for o in self.options[(twin, tp, sp)]]
             return self.options[key]
         opts: list[LayerOption] = []
         if tp > 1:

@@ -585,5 +585,12 @@ def _fmt(s: NodeStrategy) -> str:
 def _reshard_s(cost_model: CostModel, nbytes: int, src: Placement, dst: Placement, ranks: list[int], ndim: int) -> float:
     if isinstance(dst, Partial):
         return 0.0
-    n = len(ranks)
-    return cost_model.reshard_time_s(nbytes, Layout((n,), (src,)), Layout((n,), (dst,)), ranks, ndim)
+    # the ILPs of a search ask for the same few (bytes, layouts) over and over: priced once per
+    # cost model (kept on it, where it keeps a __dict__)
+    cache = getattr(cost_model, "__dict__", {}).setdefault("_gfx_reshard_s", {})
+    key = (nbytes, src, dst, tuple(ranks), ndim)
+    t = cache.get(key)
+    if t is None:
+        n = len(ranks)
+        t = cache[key] = cost_model.reshard_time_s(nbytes, Layout((n,), (src,)), Layout((n,), (dst,)), ranks, ndim)
+    return t

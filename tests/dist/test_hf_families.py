@@ -69,6 +69,22 @@ def _sgd_case(family: str, spec: str, world: int, cache: dict) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+def _pp_at_case(family: str, boundary: int, world: int, cache: dict) -> dict:
+    """Two pipeline stages cut at layer ``boundary`` (T5: between decoder blocks, so that the
+    second stage receives the decoder's mask and position bias from the first)."""
+    import torch
+
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    model, mg = _captured(family, 2, cache)
+    plan = make_plan(mg, world, (1, 1, "none", "none", "ddp"), gbs=4, m=2, name=f"{family}-pp@{boundary}", pp=2,
+                     boundaries=(0, boundary), schedule="1f1b")
+    pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=2)
+    return _param_errors(res, pm.state_dict())
+
+
 def _shapes_case(world: int) -> dict:
     """``torch.compile(backend="galvatron_fx")`` called with another batch and sequence length
     than its first call (Dynamo's default, automatic dynamic shapes): each shape is planned and
@@ -276,6 +292,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
         jobs += [(f"{f}/backend", (lambda f=f: _backend_case(f, world))) for f in BACKEND2]
         jobs.append(("clip/coupled", lambda: _coupled_case(world, cache)))
         jobs.append(("llama/backend-shapes", lambda: _shapes_case(world)))
+        jobs.append(("t5/pp2-decoder-cut", lambda: _pp_at_case("t5", 5, world, cache)))
         jobs += [(f"{k}/{s}", (lambda k=k, s=s: _small_case(k, s, world)))
                  for k, s in (("custom", "tp2"), ("custom", "zero3"), ("cumsum", "tp2"))]
         jobs.append(("build_failure", lambda: _build_failure_case(world)))
@@ -312,6 +329,10 @@ def test_family_under_torch_compile_backend_trains_like_one_process(results2, fa
     res = assert_ok(results2, f"{family}/backend")
     _check(res)
     assert res["logits_err"] < 1e-5, res
+
+
+def test_a_pipeline_cut_between_decoder_blocks_trains_like_one_process(results2):
+    _check(assert_ok(results2, "t5/pp2-decoder-cut"))
 
 
 def test_the_backend_runs_a_new_batch_and_sequence_length(results2):
