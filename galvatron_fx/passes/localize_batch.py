@@ -61,7 +61,6 @@ def localized(mg: ModelGraph, batch: int) -> ModelGraph | None:
 
 def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     s = mg.batch_scaling
     assert s is not None
@@ -69,33 +68,61 @@ def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
     env: dict[fx.Node, fx.Node] = {}
     out = graph.graph_copy(mg.gm.graph, env)
     graph.output(out)
+    failed: set[str] = set()  # nodes that do not run at this batch (a value holding the batch twice), and after
     for old, new in env.items():
         new.name = old.name  # (graph_copy keeps names where free; make sure)
-        if old.name in s.ints:
+        if old.name in s.irregular:
+            failed.add(old.name)
+        elif old.name in s.ints:
             leaves, spec = tree_flatten((new.args, new.kwargs))
             for i, v in s.ints[old.name]:
                 local = s.scales(v, batch)
                 if local is None:
-                    raise ValueError(f"{old.name}: {v} does not scale to {batch} samples")
+                    failed.add(old.name)
+                    break
                 leaves[i] = local
             new.args, new.kwargs = tree_unflatten(leaves, spec)
     gm = fx.GraphModule(mg.gm, graph)
     by_name = mg.nodes_by_name()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    xs = []
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
-        v = by_name[n.name].meta["val"]
-        shape = list(v.shape)
-        for d in (s.dims.get(n.name) or ((),))[0]:
-            local = s.scales(int(shape[d]), batch)
-            if local is None:
-                raise ValueError(f"input {n.name}: dim {d} of {tuple(shape)} does not scale to {batch} samples")
-            shape[d] = local
-        xs.append(mode.from_tensor(torch.empty(shape, dtype=v.dtype, device=v.device)) if isinstance(v, torch.Tensor)
-                  else v)
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*xs)
+    vals: dict[fx.Node, object] = {}
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # (fake tensors log every failing op; here failing is an answer)
+    try:
+        with mode:
+            for n in gm.graph.nodes:
+                if n.op == "placeholder":
+                    v = by_name[n.name].meta["val"]
+                    if not isinstance(v, torch.Tensor):
+                        vals[n] = v
+                        continue
+                    shape = list(v.shape)
+                    for d in (s.dims.get(n.name) or ((),))[0]:
+                        local = s.scales(int(shape[d]), batch)
+                        if local is None:
+                            raise ValueError(f"input {n.name}: dim {d} of {tuple(shape)} does not scale to {batch}")
+                        shape[d] = local
+                    vals[n] = torch.empty(shape, dtype=v.dtype, device=v.device)
+                elif n.op == "get_attr":
+                    vals[n] = getattr(gm, n.target)
+                elif n.op == "call_function":
+                    if n.name in failed or any(a.name in failed for a in n.all_input_nodes):
+                        failed.add(n.name)
+                        continue
+                    args = fx.node.map_arg(n.args, vals.__getitem__)
+                    kwargs = fx.node.map_arg(n.kwargs, vals.__getitem__)
+                    try:
+                        vals[n] = n.target(*args, **kwargs)
+                    except Exception:
+                        failed.add(n.name)
+                        continue
+                else:
+                    continue
+                n.meta["val"] = vals[n]
+    finally:
+        quiet.setLevel(level)
+    gm.meta["gfx_not_local"] = failed
     return dataclasses.replace(mg, gm=gm, exported=None,
                                example_shapes=[(batch, *shape[1:]) for shape in mg.example_shapes])
 
@@ -123,8 +150,12 @@ def local_problem(mg: ModelGraph, layer: LayerInfo, dp: int) -> str | None:
         v = by_name[name].meta.get("val")
         if name in from_inputs and isinstance(v, torch.Tensor) and 0 not in (s.dims.get(name) or ((),))[0]:
             return f"its output {name} is computed from the batch but holds no batch dim (it reduces over samples)"
-    if localized(mg, batch // dp) is None:
+    local = localized(mg, batch // dp)
+    if local is None:
         return f"the graph cannot be re-instantiated at {batch // dp} samples"
+    failed = [n for n in layer.node_names if n in local.gm.meta.get("gfx_not_local", ())]
+    if failed:
+        return f"its node {failed[0]} does not run at {batch // dp} samples"
     return None
 
 

@@ -165,9 +165,11 @@ class OptionCache:
 
     def dp_events(self, layer: LayerInfo) -> tuple:
         """The collectives a loss's own graphs issue over dp (its normaliser: a mean over a
-        batch-sharded input), from its lowering; none for other layers, whose gradients stay
-        partial over dp until the data-parallel sync."""
-        if layer.role != LayerRole.LOSS:
+        batch-sharded input), or a layer's that couples samples (the gathers CLIP's similarities
+        need: :meth:`~galvatron_fx.ir.graph.ModelGraph.coupled`), from its lowering; none for
+        other layers, which run on their share of the batch and whose gradients stay partial over
+        dp until the data-parallel sync."""
+        if layer.role != LayerRole.LOSS and layer.name not in self.mg.coupled():
             return ()
         return dp_collectives(self.mg, layer, decomposed=self._decomposed(layer),
                               compute_dtype=self._compute_dtype()) or ()

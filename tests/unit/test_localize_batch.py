@@ -90,3 +90,17 @@ def test_a_mixture_of_experts_model_captured_for_another_device_is_costed():
     block = mg.blocks()[0]
     assert block.costs.fwd_flops > 0 and block.costs.activation_bytes_full > 0
     assert any("histc" in str(n.target) for n in decompose_layer(mg, block).gm.graph.nodes)
+
+
+def test_a_coupled_layer_runs_on_the_whole_batch_and_its_gathers_are_priced():
+    """CLIP: the encoders run locally at dp 2, the similarities' layer gathers what it needs over
+    dp, and the plan prices those gathers on the layer."""
+    mg = _captured("clip")
+    half = localized(mg, 2)
+    assert half is not None
+    assert local_problem(mg, mg.layer("text_model.encoder.layers.0"), 2) is None  # the blocks stay local
+    plan = gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=8, search={"tp": (1,), "pp": (1,)})
+    head = next(lp for lp in plan.layers if lp.name == "head")
+    gathers = [c for c in head.collectives if c["axis"] == "dp" and c["op"] == "all_gather"]
+    assert head.dp == 2 and gathers, head.collectives
+    assert plan.num_microbatches == 1
