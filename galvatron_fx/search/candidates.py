@@ -134,6 +134,8 @@ class OptionCache:
     cost_model: CostModel
     vocab_parallel: bool = True  # class-sharded log-softmax / NLL loss allowed (SearchSpace.vocab_parallel)
     lowered_prices: bool = False  # SearchSpace.lowered_prices
+    # the caller named the tp degrees (SearchSpace.tp): a layer with weights shards some of them
+    shard_weights: bool = False
     options: dict[tuple[str, int, SPMode], list[LayerOption]] = field(default_factory=dict)
     decomposed: dict[str, object] = field(default_factory=dict)
     solves: int = 0
@@ -145,14 +147,16 @@ class OptionCache:
 
     @classmethod
     def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
-                   lowered_prices: bool = False) -> OptionCache:
+                   lowered_prices: bool = False, shard_weights: bool = False) -> OptionCache:
         """A new cache, or inside :func:`shared_option_caches` the one for these arguments."""
         caches = _SHARED.get()
         if caches is None:
-            return cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
-        key = (id(mg), id(cost_model), vocab_parallel, lowered_prices)
+            return cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices,
+                       shard_weights=shard_weights)
+        key = (id(mg), id(cost_model), vocab_parallel, lowered_prices, shard_weights)
         if key not in caches:
-            caches[key] = cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices)
+            caches[key] = cls(mg, cost_model, vocab_parallel=vocab_parallel, lowered_prices=lowered_prices,
+                              shard_weights=shard_weights)
         return caches[key]
 
     def trace(self, layer: LayerInfo, option: LayerOption | None):
@@ -287,11 +291,11 @@ class OptionCache:
         self.solve_s += fast.solve_s
         # a tp > 1 option shards something: one that keeps the whole layer on every tp rank
         # is the tp = 1 layer with its compute repeated, and "tp" would name no tensor
-        # parallelism at all (the memory-lean option below is offered instead); a layer with
-        # weights shards some of them (Ulysses, which keeps them whole by design, aside)
-        has_params = any(r == "param" for r in dl.input_roles)
-        if fast.param_fraction < 0.99 or (sp == SPMode.ULYSSES or not has_params) and (
-                fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99):
+        # parallelism at all (the memory-lean option below is offered instead); where the caller
+        # named the tp degrees, a layer with weights shards some of them (Ulysses, which keeps
+        # them whole by design, aside): it asked for tensor parallelism
+        whole_ok = not self.shard_weights or sp == SPMode.ULYSSES or not any(r == "param" for r in dl.input_roles)
+        if fast.param_fraction < 0.99 or whole_ok and (fast.activation_fraction < 0.99 or fast.compute_ratio < 0.99):
             opts.append(fast)
         if fast.param_fraction > 1.0 / tp + 0.02 and sp != SPMode.ULYSSES:  # Ulysses keeps weights whole
             lean = solve_intra_layer(self.mg, layer, tp, sp, self.cost_model, decomposed=dl,

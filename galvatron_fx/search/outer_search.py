@@ -116,7 +116,8 @@ class _Search(StageSplit):
         self.world = cluster.world_size
         self.dpn = cluster.devices_per_node
         self.captured_batch = mg.example_shapes[0][0] if mg.example_shapes and mg.example_shapes[0] else 1
-        self.cache = cache or OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
+        self.cache = cache or OptionCache(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices,
+                                          shard_weights=space.tp is not None)
         self.layers = mg.layers
         self._choices: dict[tuple, list[LayerChoice]] = {}
         self._trans: dict[tuple, np.ndarray] = {}

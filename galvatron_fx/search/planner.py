@@ -123,7 +123,8 @@ def plan(
                                    baselines=baselines)
     cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
     budget = int(memory_budget) if memory_budget is not None else default_budget(cluster)
-    cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices)
+    cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices,
+                                   shard_weights=space.tp is not None)
 
     def new_search(gb: int, microbatches: str = "accumulate") -> _Search:
         return _Search(mg, cluster, cm, space, gb, budget, progress, cache, microbatches=microbatches)

@@ -24,8 +24,9 @@ class SearchSpace:
     ``None`` means "all that fit": tp = divisors of the stage's devices up to one node, pp =
     divisors of the world up to the number of blocks, micro-batch counts searched. A layer at
     tp > 1 always splits something over its tp group when it can (weights, activations, or the
-    sequence under Ulysses): ``tp=(2,)`` asks for real tensor parallelism, never a layer with
-    weights repeated whole on both ranks. ``vocab_parallel=False`` keeps the logits whole from
+    sequence under Ulysses); naming the degrees, ``tp=(2,)``, asks for real tensor parallelism:
+    a layer with weights then shards some of them, never repeats them all whole on both ranks
+    (Ulysses aside). ``vocab_parallel=False`` keeps the logits whole from
     head to loss (no vocab-parallel cross-entropy; a tp head then gathers them).
     ``lowered_prices=True`` prices every tensor-parallel option by the collectives its lowered
     program issues (:mod:`~galvatron_fx.search.lowered_prices`, about half a second per layer kind

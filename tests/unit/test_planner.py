@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
@@ -388,3 +389,21 @@ def test_recomputation_is_its_own_term(gpt2, rtx):
     # aggregate rate (a head recomputes little of its vocabulary matmul)
     assert 0.3 * blocks <= p.predicted.breakdown["recompute"] <= 1.05 * fwd, (p.predicted.breakdown, blocks, fwd)
     assert _plan(gpt2, rtx, 24, search=SearchSpace(recompute=(Recompute.NONE,))).predicted.breakdown["recompute"] == 0
+
+
+def test_asking_for_tp_shards_every_layer_s_weights():
+    """``search={"tp": (2,)}`` with no memory budget: every layer with weights keeps a share of
+    them on each rank (Gemma-2's blocks kept theirs whole, sharding only activations)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Gemma2Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                    intermediate_size=128, vocab_size=128, head_dim=16, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(cfg).train()
+    ids = torch.randint(1, 128, (4, 16))
+    mg = gfx.capture(model, (), example_kwargs={"input_ids": ids, "labels": ids})
+    plan = gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=4, search={"tp": (2,), "pp": (1,)})
+    for lp, layer in zip(plan.layers, mg.layers):
+        whole = sum(mg.params[f].nbytes for f in layer.param_names if not mg.params[f].is_buffer)
+        if lp.strategy.tp == 2 and whole:
+            assert lp.predicted.memory_breakdown["params"] < 0.9 * whole, (lp.name, lp.predicted.memory_breakdown)
+    assert any(lp.strategy.tp == 2 for lp in plan.layers)
