@@ -272,12 +272,16 @@ class ModelGraph:
         s = self.batch_scaling
         if s is None:
             return {}
+        cached = self.gm.meta.get("gfx_coupled")
+        if cached is not None and cached[0] is s and cached[1] == len(self.layers):
+            return dict(cached[2])
         out: dict[str, str] = {}
         for layer in self.layers:
             for n in layer.node_names:
                 if any(len(dims) > 1 for dims in s.dims.get(n, ())):
                     out[layer.name] = n
                     break
+        self.gm.meta["gfx_coupled"] = (s, len(self.layers), dict(out))
         return out
 
     def kinds(self) -> dict[str, list[LayerInfo]]:

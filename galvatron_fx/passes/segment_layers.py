@@ -128,8 +128,9 @@ def _owners(gm: fx.GraphModule, prefix: str) -> dict[fx.Node, str | None]:
     for n in calls:
         stack = module_stack(n, prefix)
         own = next((p for p, _ in stack if p in members), None)
-        if not stack and n.meta.get("nn_module_stack") is None:
-            # no provenance: follow the first node argument, else the previous node
+        if not stack and (n.meta.get("nn_module_stack") is None or not n.all_input_nodes and not n.users):
+            # no provenance (or a call for its effect alone, as the end of a vmap level, which
+            # must stay with its start): follow the first node argument, else the previous node
             src = next((a for a in n.all_input_nodes if a in owner), None)
             own = owner[src] if src is not None else prev
         owner[n] = own

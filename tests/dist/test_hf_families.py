@@ -39,7 +39,7 @@ CASES2 = {
     "mamba": ("dp2", "tp2"),
 }
 COMPILED2 = ("mixtral", "qwen2moe", "deepseekv3", "olmoe", "clip")  # the search's own plan at world 2
-BACKEND2 = ("swin", "bloom")  # (Mamba: its graph enters vmap levels the shell cannot export yet)
+BACKEND2 = ("swin", "bloom", "mamba")  # (Mamba under Dynamo: its associative scan, vmap levels and all)
 SGD_FAMILIES = ("clip",)  # (CLIP's text keys: see _coupled_case)
 # world 4 (slow): the mixture-of-experts blocks on 2-D meshes, and the search's own plan
 CASES4 = {"mixtral": ("dp2tp2",), "deepseekv3": ("dp2tp2",)}
