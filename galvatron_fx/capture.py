@@ -207,6 +207,9 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
 
     b = mg.example_shapes[0][0]
     other = {n.name: n for n in probe_gm.graph.nodes}
+    # the two graphs must be the same program at two sizes, node for node: a batch of one can
+    # trace otherwise (size-one dims broadcast), and a name would then pair two different ops
+    same = [(n.name, n.target) for n in mg.gm.graph.nodes] == [(n.name, n.target) for n in probe_gm.graph.nodes]
     out: set[str] = set()
     ints: dict[str, tuple[tuple[int, int], ...]] = {}
     dims: dict[str, tuple[tuple[int, ...], ...]] = {}
@@ -258,6 +261,10 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
                 and v.shape[0] != w.shape[0]:
             out.add(n.name)
     mg.batched = out
+    if not same:
+        log.info("the batch probe of %s traced another graph at %d samples than at %d: sizes are not followed "
+                 "(a layer that would run on a share of the batch keeps the whole batch's semantics)", mg.name, b2, b)
+        ints, dims, irregular = {}, {}, {n.name for n in mg.gm.graph.nodes}
     mg.batch_scaling = BatchScaling(batch=b, probe_batch=b2, ints=ints, dims=dims, irregular=frozenset(irregular))
     return out
 
