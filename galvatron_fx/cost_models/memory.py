@@ -91,7 +91,10 @@ class TPShard:
     activation_fraction: tuple[float, float, float] = (1.0, 1.0, 1.0)  # none, selective, full
 
     def activation(self, recompute: Recompute) -> float:
-        return self.activation_fraction[list(Recompute).index(Recompute(recompute))]
+        return self.activation_fraction[_RECOMPUTE_INDEX[Recompute(recompute)]]
+
+
+_RECOMPUTE_INDEX = {r: i for i, r in enumerate(Recompute)}
 
 
 NO_TP = TPShard()

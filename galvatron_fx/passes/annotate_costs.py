@@ -271,23 +271,33 @@ class _LiveTracker(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
-        self.steps: list[list[int]] = []  # per kernel, the created storages alive after it
+        self.nbytes: list[int] = []  # per created storage (in order of creation)
+        self.key: list[int] = []  # its storage key (an address: reused once the storage is freed)
+        self.live: dict[int, tuple[int, StorageWeakRef]] = {}  # key -> (index, ref), not yet seen dead
+        self.steps: list[tuple[int, ...]] = []  # per kernel, the created storages alive after it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # only the live ones are checked (a long backward creates tens of thousands of storages)
+        for k in [k for k, (_, ref) in self.live.items() if ref.expired()]:
+            del self.live[k]
         if not func.is_view:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
                     st = t.untyped_storage()
                     ref = StorageWeakRef(st)
-                    self.refs.setdefault(ref.cdata, (ref, st.nbytes()))
-        self.steps.append([k for k, (ref, _) in self.refs.items() if not ref.expired()])
+                    if ref.cdata not in self.live:
+                        self.live[ref.cdata] = (len(self.nbytes), ref)
+                        self.nbytes.append(st.nbytes())
+                        self.key.append(ref.cdata)
+        self.steps.append(tuple(i for i, _ in self.live.values()))
         return out
 
     def peak_bytes(self, excluded: set[int]) -> int:
-        """The largest live total of created storages, those in ``excluded`` left out."""
-        return max((sum(self.refs[k][1] for k in alive if k not in excluded) for alive in self.steps), default=0)
+        """The largest live total of created storages, those alive at the end whose key is in
+        ``excluded`` left out."""
+        skip = {i for k, (i, ref) in self.live.items() if k in excluded and not ref.expired()}
+        return max((sum(self.nbytes[i] for i in alive if i not in skip) for alive in self.steps), default=0)
 
 
 class _StorageTracker(TorchDispatchMode):
