@@ -177,10 +177,13 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict) -> None:
             return torch.cat([x, x]) if x.device.type != "meta" else x.new_empty((2 * batch, *x.shape[1:]))
         return x
 
+    from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
+
     was_training = root.training
     try:
-        ep = torch.export.export(root, tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()} or None,
-                                 strict=False)
+        with quiet_fake_tensor_log():  # (a graph with the batch baked in fails here: reported below)
+            ep = torch.export.export(root, tuple(twice(a) for a in args),
+                                     {k: twice(v) for k, v in kwargs.items()} or None, strict=False)
     except Exception as e:  # an optimisation and a check: the graph stands without
         log.info("no batch probe of %s (%s: %s): layers run with the whole batch's semantics where dp > 1",
                  mg.name, type(e).__name__, str(e)[:200])

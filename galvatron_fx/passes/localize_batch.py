@@ -25,6 +25,7 @@ fake-tensor propagation from the user inputs' local shapes (parameters and buffe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -37,6 +38,19 @@ from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 log = logging.getLogger(__name__)
 
 __all__ = ["local_problem", "localized"]
+
+
+@contextlib.contextmanager
+def quiet_fake_tensor_log():
+    """Fake tensors log every op that fails (a traceback at ERROR level); inside, a failure is an
+    answer the caller handles (a graph that does not run at another batch), not an error."""
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
 
 
 def localized(mg: ModelGraph, batch: int) -> ModelGraph | None:
@@ -86,10 +100,7 @@ def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
     by_name = mg.nodes_by_name()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     vals: dict[fx.Node, object] = {}
-    quiet = logging.getLogger("torch._subclasses.fake_tensor")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # (fake tensors log every failing op; here failing is an answer)
-    try:
+    with quiet_fake_tensor_log():
         with mode:
             for n in gm.graph.nodes:
                 if n.op == "placeholder":
@@ -120,8 +131,6 @@ def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
                 else:
                     continue
                 n.meta["val"] = vals[n]
-    finally:
-        quiet.setLevel(level)
     gm.meta["gfx_not_local"] = failed
     return dataclasses.replace(mg, gm=gm, exported=None,
                                example_shapes=[(batch, *shape[1:]) for shape in mg.example_shapes])
