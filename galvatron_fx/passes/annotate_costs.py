@@ -136,6 +136,15 @@ def _call(n: fx.Node, args, kwargs):
     raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
 
 
+def writes_state(gm: fx.GraphModule, nodes: set[fx.Node]) -> bool:
+    """Whether ``nodes`` (a layer's) write in place a value made outside them (a buffer, a
+    parameter, another layer's output), directly or through a view of it: running them twice
+    (recomputation) would write it twice."""
+    from galvatron_fx.passes.apply_placements import written_through
+
+    return any(op in nodes and base not in nodes for op, base in written_through(gm))
+
+
 def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
                    rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str],
                    failures: list[str]) -> tuple[dict[str, NodeFacts], set[str]]:
@@ -216,10 +225,15 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
             run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], gm, stand_ins=True)
             owned_inputs = sum(tensor_bytes(env[a]) for a in ext
                                if a.name not in param_nodes and a.name not in shared)
+            # a layer that writes state in place (BatchNorm's running statistics) is never
+            # recomputed (that would write it twice): its policies all keep what it keeps
+            modes = list(Recompute) if not writes_state(gm, inside) else [Recompute.NONE]
             try:
                 is_param = [a.name in param_nodes for a in ext]
-                for mode in Recompute:
+                for mode in modes:
                     variants[str(mode)] = _measure_variant(run, [env[a] for a in ext], mode, owned_inputs, is_param)
+                for mode in Recompute:
+                    variants.setdefault(str(mode), variants[str(Recompute.NONE)])
             except Exception as e:
                 failures.append(f"layer {layer.name} under recomputation: {type(e).__name__}: {e}")
                 variants = {}
@@ -438,6 +452,9 @@ def _sum_layer(layer: LayerInfo, by_name: dict[str, fx.Node], param_numel: dict[
         for k in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes"):
             tot[k] += getattr(f, k)
         tot["activation_bytes"] += f.saved_bytes
+    for mode in ("selective", "full"):  # a policy that is not applied (a layer writing state) keeps it all
+        if variants and variants[mode] is variants["none"]:
+            tot[f"activation_bytes_{mode}"] = tot["activation_bytes"]
     tot["output_bytes"] = sum(tensor_bytes(by_name[o].meta.get("val")) for o in layer.output_names)
     tot["output_bytes"] = int(_concrete_bytes(tot["output_bytes"]))
     for fqn in layer.param_names:

@@ -126,6 +126,25 @@ def test_buffers_batchnorm_writes_in_training_are_listed():
     assert gfx.capture(model.eval(), (x, y)).mutated_buffers == []  # in eval mode nothing is written
 
 
+def test_a_layer_writing_its_statistics_is_never_recomputed(caplog):
+    """Recomputing a BatchNorm layer would update its running statistics twice: its costs say
+    recomputation saves nothing (not, from a failed measurement, everything), and the search
+    keeps its activations even where only recomputation is allowed."""
+    model = _WithBatchNorm()
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+    with caplog.at_level("WARNING"):
+        mg = gfx.capture(model, (x, y))
+    assert not [r for r in caplog.records if "under recomputation" in r.getMessage()]
+    for b in mg.blocks():
+        assert b.costs.activation_bytes > 0
+        assert b.costs.activation_bytes_full == b.costs.activation_bytes_selective == b.costs.activation_bytes
+    plan = gfx.plan(mg, gfx.Cluster.local_cpu(2), global_batch_size=4,
+                    search={"recompute": ("full",), "pp": (1,), "dp_types": ("ddp",)})
+    by_layer = {lp.name: str(lp.strategy.recompute) for lp in plan.layers}
+    assert all(by_layer[b.name] == "none" for b in mg.blocks()), by_layer
+    assert by_layer[mg.layers[0].name] == "full", by_layer  # a layer without state is recomputed as asked
+
+
 _DETERMINISM = textwrap.dedent('''
     import hashlib, json, sys
     sys.path.insert(0, sys.argv[1])
