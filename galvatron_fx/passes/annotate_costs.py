@@ -136,13 +136,15 @@ def _call(n: fx.Node, args, kwargs):
     raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
 
 
-def writes_state(gm: fx.GraphModule, nodes: set[fx.Node]) -> bool:
-    """Whether ``nodes`` (a layer's) write in place a value made outside them (a buffer, a
-    parameter, another layer's output), directly or through a view of it: running them twice
-    (recomputation) would write it twice."""
+def writes_state(gm: fx.GraphModule, names: set[str], writes: set | None = None) -> bool:
+    """Whether the nodes ``names`` (a layer's) write in place a value made outside them (a
+    buffer, a parameter, another layer's output), directly or through a view of it: running
+    them twice (recomputation) would write it twice. ``writes``: ``written_through(gm)``, where
+    the caller has it."""
     from galvatron_fx.passes.apply_placements import written_through
 
-    return any(op in nodes and base not in nodes for op, base in written_through(gm))
+    writes = written_through(gm) if writes is None else writes
+    return any(op.name in names and base.name not in names for op, base in writes)
 
 
 def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
@@ -227,7 +229,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                                if a.name not in param_nodes and a.name not in shared)
             # a layer that writes state in place (BatchNorm's running statistics) is never
             # recomputed (that would write it twice): its policies all keep what it keeps
-            modes = list(Recompute) if not writes_state(gm, inside) else [Recompute.NONE]
+            modes = list(Recompute) if not writes_state(gm, set(layer.node_names)) else [Recompute.NONE]
             try:
                 is_param = [a.name in param_nodes for a in ext]
                 for mode in modes:

@@ -153,8 +153,7 @@ class OptionCache:
         if layer.role == LayerRole.LOSS:
             return False
         if layer.kind not in self._stateful:
-            by_name = self.mg.nodes_by_name()
-            self._stateful[layer.kind] = writes_state(self.mg.gm, {by_name[n] for n in layer.node_names})
+            self._stateful[layer.kind] = writes_state(self.mg.gm, set(layer.node_names))
         return not self._stateful[layer.kind]
 
     @classmethod

@@ -4,6 +4,7 @@ constants, refused buffer updates, and a search that is the same in every proces
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 import galvatron_fx as gfx
 from galvatron_fx.errors import UnsupportedModelError
+from galvatron_fx.recompute import Recompute
 
 hf_tiny = pytest.importorskip("hf_tiny")
 pytest.importorskip("transformers")
@@ -143,6 +145,15 @@ def test_a_layer_writing_its_statistics_is_never_recomputed(caplog):
     by_layer = {lp.name: str(lp.strategy.recompute) for lp in plan.layers}
     assert all(by_layer[b.name] == "none" for b in mg.blocks()), by_layer
     assert by_layer[mg.layers[0].name] == "full", by_layer  # a layer without state is recomputed as asked
+    # a given plan that recomputes one is refused when it is lowered, naming the layer
+    from galvatron_fx.passes.lower_program import lower
+
+    block = mg.blocks()[0].name
+    bad = dataclasses.replace(plan, layers=[dataclasses.replace(lp, strategy=dataclasses.replace(
+        lp.strategy, recompute=Recompute.FULL)) if lp.name == block else lp for lp in plan.layers])
+    with pytest.raises(gfx.PlanError, match=f"recomputes layer {block}.*writes state"):
+        lower(mg, bad)
+    lower(mg, plan)
 
 
 _DETERMINISM = textwrap.dedent('''
