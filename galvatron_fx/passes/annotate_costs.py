@@ -287,9 +287,9 @@ class _LiveTracker(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.nbytes: list[int] = []  # per created storage (in order of creation)
-        self.key: list[int] = []  # its storage key (an address: reused once the storage is freed)
-        self.live: dict[int, tuple[int, StorageWeakRef]] = {}  # key -> (index, ref), not yet seen dead
+        self.nbytes: list[int] = []  # per created storage, in order of creation (its index)
+        # storage key (an address, reused once the storage is freed) -> (index, ref), not yet seen dead
+        self.live: dict[int, tuple[int, StorageWeakRef]] = {}
         self.steps: list[tuple[int, ...]] = []  # per kernel, the created storages alive after it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -305,7 +305,6 @@ class _LiveTracker(TorchDispatchMode):
                     if ref.cdata not in self.live:
                         self.live[ref.cdata] = (len(self.nbytes), ref)
                         self.nbytes.append(st.nbytes())
-                        self.key.append(ref.cdata)
         self.steps.append(tuple(i for i, _ in self.live.values()))
         return out
 
