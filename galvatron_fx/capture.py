@@ -37,6 +37,7 @@ import torch.nn as nn
 
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
 from galvatron_fx.ir.graph import BatchScaling, InputInfo, ModelGraph, ParamInfo, dtype_name
+from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)
@@ -176,8 +177,6 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict) -> None:
         if isinstance(x, torch.Tensor) and x.ndim >= 1 and x.shape[0] == batch:
             return torch.cat([x, x]) if x.device.type != "meta" else x.new_empty((2 * batch, *x.shape[1:]))
         return x
-
-    from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
 
     was_training = root.training
     try:

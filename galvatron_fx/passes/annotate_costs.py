@@ -44,6 +44,7 @@ from galvatron_fx.ir.graph import LayerCosts, LayerInfo
 from galvatron_fx.ir.meta import NodeFacts, copy_costs, cost_field_names, facts, tensor_bytes
 from galvatron_fx.passes.kernel_costs import CostCounter
 from galvatron_fx.passes.runner import PassContext, graph_pass
+from galvatron_fx.passes.state_writes import writes_state, written_through
 from galvatron_fx.recompute import Recompute, checkpoint_fn
 
 log = logging.getLogger(__name__)
@@ -136,21 +137,11 @@ def _call(n: fx.Node, args, kwargs):
     raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
 
 
-def writes_state(gm: fx.GraphModule, names: set[str], writes: set | None = None) -> bool:
-    """Whether the nodes ``names`` (a layer's) write in place a value made outside them (a
-    buffer, a parameter, another layer's output), directly or through a view of it: running
-    them twice (recomputation) would write it twice. ``writes``: ``written_through(gm)``, where
-    the caller has it."""
-    from galvatron_fx.passes.apply_placements import written_through
-
-    writes = written_through(gm) if writes is None else writes
-    return any(op.name in names and base.name not in names for op, base in writes)
-
-
 def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
                    rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str],
-                   failures: list[str]) -> tuple[dict[str, NodeFacts], set[str]]:
-    """Run one layer forward (and each node's backward) on fake tensors.
+                   failures: list[str], *, stateful: bool = False) -> tuple[dict[str, NodeFacts], set[str]]:
+    """Run one layer forward (and each node's backward) on fake tensors (``stateful``: the layer
+    writes state in place, :func:`~galvatron_fx.passes.state_writes.writes_state`).
 
     Returns per-node costs, the names of the ``shared`` inputs (values read by several layers,
     or saved by their producer too) that the layer saves for backward: those are charged once,
@@ -229,7 +220,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                                if a.name not in param_nodes and a.name not in shared)
             # a layer that writes state in place (BatchNorm's running statistics) is never
             # recomputed (that would write it twice): its policies all keep what it keeps
-            modes = list(Recompute) if not writes_state(gm, set(layer.node_names)) else [Recompute.NONE]
+            modes = list(Recompute) if not stateful else [Recompute.NONE]
             try:
                 is_param = [a.name in param_nodes for a in ext]
                 for mode in modes:
@@ -485,10 +476,12 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
     shared_saved: set[str] = set()
     held: set[str] = set()  # layer outputs their producer saves itself: no reader holds them again
     variants: dict[str, dict[str, _Variant]] = {}
+    writes = written_through(gm)
     for kind, layers in mg.kinds().items():
         first = layers[0]
         costs, saved, kind_variants, own = _measure_layer(first, gm, by_name, rg, param_nodes, shared | held,
-                                                          failures)
+                                                          failures, stateful=writes_state(gm, set(first.node_names),
+                                                                                          writes))
         variants.update({layer.name: kind_variants for layer in layers})
         # the same inputs and outputs, by position, of every layer of this kind
         pos = [first.input_names.index(x) for x in saved]

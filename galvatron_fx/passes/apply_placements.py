@@ -52,6 +52,7 @@ from galvatron_fx.passes.decompose_layer import DecomposedLayer
 from galvatron_fx.passes.layout_autograd import (_AsDTensor, _grad_together, _move_on_tp, _storage, _sum_grad_here,
                                                  _to_partial)
 from galvatron_fx.passes.runner import PassContext, graph_pass
+from galvatron_fx.passes.state_writes import HIDDEN_WRITES, written_through  # noqa: F401 (re-exported)
 
 __all__ = ["HIDDEN_WRITES", "IGNORED", "PlacedLayer", "Trace", "apply_placements_pass", "option_from_plan", "tensor_args", "trace_local",
            "trace_placed"]
@@ -95,40 +96,6 @@ def _fresh(n: fx.Node) -> bool:
     t = n.target
     return isinstance(t, torch._ops.OpOverload) and not t.is_view and not t._schema.is_mutable \
         and t._overloadpacket not in (torch.ops.aten.alias, torch.ops.aten._unsafe_view, torch.ops.aten.detach)
-
-
-# ops whose schema hides a write: (index of the ``training`` flag, indices of the arguments
-# written when it is set) — batch norm's running statistics
-HIDDEN_WRITES = {aten.native_batch_norm.default: (5, (3, 4)), aten._native_batch_norm_legit.default: (5, (3, 4)),
-                 aten.batch_norm.default: (5, (3, 4)), aten.instance_norm.default: (5, (3, 4))}
-
-
-def written_through(gm: fx.GraphModule) -> set[tuple[fx.Node, fx.Node]]:
-    """``(op, argument)`` pairs the interpreter must pass as they are: an argument an op writes in
-    place, and along its chain of views the base each view reads. Redistributing any of them
-    would hand the op a copy, and the write would be lost (``ids.new_zeros(...)`` filled through
-    ``[..., 1:] = labels[..., :-1]``: T5's decoder-input shift)."""
-    out: set[tuple[fx.Node, fx.Node]] = set()
-    for n in gm.graph.nodes:
-        t = n.target
-        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
-            continue
-        hidden = HIDDEN_WRITES.get(t)
-        for i, (a, arg) in enumerate(zip(n.args, t._schema.arguments)):
-            writes = arg.alias_info is not None and arg.alias_info.is_write
-            if hidden is not None and i in hidden[1] and len(n.args) > hidden[0] and n.args[hidden[0]] is True:
-                writes = True
-            if not (isinstance(a, fx.Node) and writes):
-                continue
-            user, base = n, a
-            while True:
-                out.add((user, base))
-                bt = base.target
-                if base.op != "call_function" or not isinstance(bt, torch._ops.OpOverload) or not bt.is_view \
-                        or not base.args or not isinstance(base.args[0], fx.Node):
-                    break
-                user, base = base, base.args[0]
-    return out
 
 
 def _calls(dl: DecomposedLayer) -> list[fx.Node]:

@@ -47,8 +47,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.program import LayerGraphs, LoweredLayer, LoweredProgram
-from galvatron_fx.passes.annotate_costs import writes_state
-from galvatron_fx.passes.apply_placements import apply_placements_pass, option_from_plan, written_through
+from galvatron_fx.passes.apply_placements import apply_placements_pass, option_from_plan
 from galvatron_fx.passes.bucket_gradients import bucket_gradients_pass
 from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
@@ -58,6 +57,7 @@ from galvatron_fx.passes.mark_recompute import mark_recompute_pass
 from galvatron_fx.passes.partition_graphs import partition_graphs_pass
 from galvatron_fx.passes.runner import PassContext, run_passes
 from galvatron_fx.passes.schedule_collectives import schedule_collectives_pass
+from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.passes.split_stages import split_stages_pass
 
 log = logging.getLogger(__name__)
@@ -175,9 +175,8 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
                         "over a micro-batch is not the batch's loss); re-plan (the search keeps such a model to one "
                         "micro-batch per step), or give a plan with num_microbatches=1")
     recomputed = [(lp, layer) for lp, layer in zip(plan.layers, mg.layers) if str(lp.strategy.recompute) != "none"]
-    writes = written_through(mg.gm) if recomputed else set()
     for lp, layer in recomputed:
-        if writes_state(mg.gm, set(layer.node_names), writes):
+        if layer.kind in stateful_kinds(mg):
             raise PlanError(f"plan {plan.model!r} recomputes layer {layer.name} ({lp.strategy.recompute}), which "
                             "writes state in place (BatchNorm's running statistics): a recomputation would write it "
                             "twice; re-plan (the search never recomputes such a layer), or give it recompute='none'")

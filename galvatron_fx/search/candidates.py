@@ -63,9 +63,9 @@ from galvatron_fx.cost_models.offload import can_offload, offload_cost
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
-from galvatron_fx.passes.annotate_costs import writes_state
 from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.passes.segment_layers import kind_hash
+from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
@@ -145,16 +145,6 @@ class OptionCache:
     _inputs: dict = field(default_factory=dict)
     _fqns: dict = field(default_factory=dict)
     _twin: dict = field(default_factory=dict)
-    _stateful: dict = field(default_factory=dict)
-
-    def recomputable(self, layer: LayerInfo) -> bool:
-        """Whether ``layer`` may be recomputed: not a loss (nothing worth it), and writing no
-        state in place (BatchNorm's running statistics: a recomputation would write them twice)."""
-        if layer.role == LayerRole.LOSS:
-            return False
-        if layer.kind not in self._stateful:
-            self._stateful[layer.kind] = writes_state(self.mg.gm, set(layer.node_names))
-        return not self._stateful[layer.kind]
 
     @classmethod
     def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
@@ -432,7 +422,7 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
                      if not o or (numel > 0 and device is not None and can_offload(device))) or (False,)
     # a loss has nothing worth recomputing, a layer writing state in place (BatchNorm) must not
     # be: they always keep their activations, whatever the space
-    rcs = space.recompute if cache.recomputable(layer) else (Recompute.NONE,)
+    rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS or layer.kind in stateful_kinds(mg) else space.recompute
     for rc in rcs:
         _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc, **_at(rank)) if rc != Recompute.NONE \
             else (fwd0, bwd0)

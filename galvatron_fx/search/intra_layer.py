@@ -70,7 +70,7 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
-from galvatron_fx.passes.apply_placements import written_through
+from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
 from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies,
                                                  sharded_activation_fraction, sharded_param_fraction)
