@@ -38,6 +38,7 @@ import torch.nn as nn
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
 from galvatron_fx.ir.graph import BatchScaling, InputInfo, ModelGraph, ParamInfo, dtype_name
 from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
+from galvatron_fx.passes.repeat_blocks import NoFold, export_folded, repeated_lists
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,12 @@ def capture(
 
     dynamic_shapes = _dynamic_shapes(args, kwargs) if dynamic else None
     was_training = model.training
+    lists = [] if dynamic else repeated_lists(root)
     try:
-        ep = _export(root, args, kwargs, dynamic_shapes)
+        ep = _export_folded(root, args, kwargs, lists, type(model).__name__) if lists else None
+        folded = ep is not None
+        if ep is None:
+            ep = _export(root, args, kwargs, dynamic_shapes)
     finally:
         model.train(was_training)
     gm = ep.graph_module
@@ -147,7 +152,7 @@ def capture(
         name=name or type(model).__name__,
         example_shapes=[tuple(int(d) for d in by_node[i.name].meta["val"].shape) for i in tensor_inputs],
         example_dtypes=[dtype_name(by_node[i.name].meta["val"].dtype) for i in tensor_inputs],
-        exported=ep,
+        exported=None if folded else ep,
         inputs=inputs,
         constants={strip(fqn): t for fqn, t in ep.constants.items() if isinstance(t, torch.Tensor)},
         mutated_buffers=[strip(fqn) for fqn in mutated],
@@ -161,14 +166,29 @@ def capture(
     passes = [segment_layers_pass] + ([annotate_costs_pass] if annotate else [])
     mg.gm = run_passes(passes, gm, ctx)
     if probe and not dynamic:
-        _probe(mg, root, args, kwargs)
+        _probe(mg, root, args, kwargs, lists if folded else [])
     log.info("captured %s: %d nodes, %d layers, %d kinds in %.2f s", mg.name, len(gm.graph.nodes),
              len(mg.layers), len(mg.kinds()), time.perf_counter() - t0)
     return mg
 
 
-def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict) -> None:
-    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`capture`)."""
+def _export_folded(root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple[str, int]], name: str):
+    """``root`` exported with its runs of alike blocks traced once (:mod:`~galvatron_fx.passes.repeat_blocks`),
+    or None where that is not safe (logged)."""
+    t0 = time.perf_counter()
+    try:
+        ep = export_folded(root, lambda: torch.export.export(root, args, kwargs or None, strict=False), lists)
+    except NoFold as e:
+        log.info("%s: exporting every block (%s)", name, e)
+        return None
+    log.info("%s: exported two blocks of %s and stamped out the rest in %.2f s", name,
+             ", ".join(f"{p} ({n})" for p, n in lists), time.perf_counter() - t0)
+    return ep
+
+
+def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple[str, int]]) -> None:
+    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`capture`),
+    folded as the capture was (``lists``)."""
     if not mg.example_shapes or not mg.example_shapes[0] or mg.example_shapes[0][0] < 1:
         return
     batch = mg.example_shapes[0][0]
@@ -181,8 +201,9 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict) -> None:
     was_training = root.training
     try:
         with quiet_fake_tensor_log():  # (a graph with the batch baked in fails here: reported below)
-            ep = torch.export.export(root, tuple(twice(a) for a in args),
-                                     {k: twice(v) for k, v in kwargs.items()} or None, strict=False)
+            a2, k2 = tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()} or None
+            export = lambda: torch.export.export(root, a2, k2, strict=False)  # noqa: E731
+            ep = export_folded(root, export, lists) if lists else export()
     except Exception as e:  # an optimisation and a check: the graph stands without
         log.info("no batch probe of %s (%s: %s): layers run with the whole batch's semantics where dp > 1",
                  mg.name, type(e).__name__, str(e)[:200])

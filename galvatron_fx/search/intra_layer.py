@@ -52,16 +52,13 @@ import logging
 import operator
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.fx as fx
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten
 
-from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.reshard import Layout
 from galvatron_fx.errors import PlanError
@@ -72,33 +69,13 @@ from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_place
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
-from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _flat_outputs, _mesh, node_strategies,
+from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _mesh, node_strategies,
                                                  sharded_activation_fraction, sharded_param_fraction)
+from galvatron_fx.search.placement_ilp import PlacementProblem, _Value, evaluate, solve_placement  # noqa: F401
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
-
-
-# ---- the ILP ----------------------------------------------------------------------------------
-
-def _collective(src: Placement, dst: Placement) -> str | None:
-    if src == dst:
-        return None
-    if isinstance(src, Partial):
-        return Collective.REDUCE_SCATTER if isinstance(dst, Shard) else Collective.ALL_REDUCE
-    if isinstance(src, Shard) and isinstance(dst, Replicate):
-        return Collective.ALL_GATHER
-    if isinstance(src, Shard) and isinstance(dst, Shard):
-        return Collective.ALL_TO_ALL
-    if isinstance(dst, Partial):
-        return None  # R/S -> P is a local zeroing
-    return None  # R -> S is a local slice
-
-
-def _dual(p: Placement) -> Placement:
-    """The gradient placement the producer of a value with placement ``p`` needs."""
-    return R if isinstance(p, (Partial, Replicate)) else p
 
 
 def _fits(p: Placement | None, val: torch.Tensor, tp: int) -> bool:
@@ -117,201 +94,6 @@ def _layout_for(sp: SPMode, val: torch.Tensor) -> Placement:
     if sp == SPMode.NONE or val.ndim != 3:
         return R
     return Shard(1)
-
-
-class _Model:
-    """Variable bookkeeping for ``scipy.optimize.milp``."""
-
-    def __init__(self):
-        self.cost: list[float] = []
-        self.compute_cost: list[float] = []
-        self.rows: list[tuple[dict[int, float], float, float]] = []
-
-    def var(self, cost: float = 0.0, *, compute: bool = False) -> int:
-        self.cost.append(cost)
-        self.compute_cost.append(cost if compute else 0.0)
-        return len(self.cost) - 1
-
-    def row(self, coefs: dict[int, float], lo: float, hi: float) -> None:
-        self.rows.append((coefs, lo, hi))
-
-    def solve(self) -> np.ndarray:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import coo_matrix
-
-        n = len(self.cost)
-        rows, cols, vals = [], [], []
-        lo = np.empty(len(self.rows))
-        hi = np.empty(len(self.rows))
-        for i, (coefs, l, h) in enumerate(self.rows):
-            rows.extend([i] * len(coefs))
-            cols.extend(coefs.keys())
-            vals.extend(coefs.values())
-            lo[i], hi[i] = l, h
-        a = coo_matrix((vals, (rows, cols)), shape=(len(self.rows), n)).tocsr()
-        # costs in microseconds: in seconds, gaps of 1e-8 (a small collective) fall under the
-        # solver's optimality tolerances and it stops at a worse assignment
-        res = milp(np.asarray(self.cost) * 1e6, constraints=LinearConstraint(a, lo, hi),
-                   integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
-        if res.x is None:
-            raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")
-        return np.round(res.x).astype(int)
-
-
-@dataclass
-class _Value:
-    """One tensor value of the decomposed layer: who makes it, who reads it."""
-
-    producer: str
-    index: int
-    nbytes: int
-    ndim: int
-    has_grad: bool
-    consumers: list[tuple[str, int]]  # (node, tensor-input slot)
-
-
-@dataclass
-class PlacementProblem:
-    """The ILP's data, independent of fx: what :func:`solve_placement` and :func:`evaluate`
-    read. Node ids are in topological order; ``fixed`` forbids strategies (layer boundaries)."""
-
-    nodes: list[str]
-    strategies: dict[str, list[NodeStrategy]]
-    compute_s: dict[str, list[float]]
-    values: list[_Value]
-    view_like: set[str]
-    reshard_s: object  # (src, dst, nbytes, ndim) -> seconds
-    forbidden: set[tuple[str, int]] = field(default_factory=set)
-    # collectives inside a node's kernel under a strategy (vocab-parallel cross-entropy): per
-    # node, per strategy, ``(direction, collective, bytes, seconds)``
-    inner: dict[str, list[list[tuple[str, str, int, float]]]] = field(default_factory=dict)
-    no_grad: set[str] = field(default_factory=set)  # nodes that hand no gradient back (detach)
-
-    def inner_s(self, node: str, i: int) -> float:
-        return sum(e[3] for e in self.inner[node][i]) if node in self.inner else 0.0
-
-    def passes(self, node: str, s: NodeStrategy) -> bool:
-        return node in self.view_like and _passes_through(s)
-
-
-def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, list[tuple[str, str, str, float]]]:
-    """The objective of one assignment, computed directly (the oracle the ILP is tested against).
-
-    Returns the total seconds and the redistributions ``(direction, value, collective, seconds)``.
-    """
-    pr = problem
-    total = sum(pr.compute_s[n][choice[n]] + pr.inner_s(n, choice[n]) for n in pr.nodes)
-    events: list[tuple[str, str, str, float]] = []
-    gp: dict[tuple[str, int], bool] = {}
-    order = {n: i for i, n in enumerate(pr.nodes)}
-    for v in sorted(pr.values, key=lambda v: -order[v.producer]):
-        sa = pr.strategies[v.producer][choice[v.producer]]
-        src = sa.outputs[v.index]
-        if src is None:
-            continue
-        fwd: set[str] = set()
-        grads: set[str] = set()
-        for n, k in v.consumers:
-            sb = pr.strategies[n][choice[n]]
-            dst = sb.inputs[k] if k < len(sb.inputs) else None
-            if dst is not None and dst != src and not isinstance(dst, Partial):
-                fwd.add(pstr(dst))
-            if not v.has_grad or dst is None or n in pr.no_grad:
-                continue
-            if pr.passes(n, sb):
-                if gp.get((n, 0), False):
-                    grads.add("P")
-                continue
-            g = sb.grad_of_input(k)
-            if g is not None:
-                grads.add(pstr(g))
-        name = f"{v.producer}[{v.index}]"
-        for key in sorted(fwd):
-            t = pr.reshard_s(src, parse_placement(key), v.nbytes, v.ndim)
-            total += t
-            if (c := _collective(src, parse_placement(key))) is not None and t > 0:
-                events.append(("fwd", name, str(c), t))
-        want = _dual(src)
-        for key in sorted(grads):
-            g = parse_placement(key)
-            if g == want:
-                continue
-            if isinstance(g, Partial) and pr.passes(v.producer, sa):
-                gp[(v.producer, v.index)] = True
-                continue
-            t = pr.reshard_s(g, want, v.nbytes, v.ndim)
-            total += t
-            if (c := _collective(g, want)) is not None and t > 0:
-                events.append(("bwd", name, str(c), t))
-    return total, events
-
-
-def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, int]:
-    """Solve the ILP of the module doc on ``problem``: (choice per node, objective, #variables)."""
-    pr = problem
-    m = _Model()
-    x = {n: [m.var(c + pr.inner_s(n, i)) for i, c in enumerate(pr.compute_s[n])] for n in pr.nodes}
-    for n in pr.nodes:  # _add_choice_constraints: exactly one strategy per node
-        m.row({v: 1.0 for v in x[n]}, 1, 1)
-    for n, i in sorted(pr.forbidden):
-        m.row({x[n][i]: 1.0}, 0, 0)
-    gp = {(n, 0): m.var(0.0) for n in pr.nodes if n in pr.view_like}
-    for v in pr.values:
-        pairs = {(n, k): _pair_vars(m, x[v.producer], x[n]) for n, k in v.consumers}  # _add_edge_constraints
-        for ia, sa in enumerate(pr.strategies[v.producer]):
-            src = sa.outputs[v.index]
-            if src is None:
-                continue
-            need_fwd: dict[str, list[int]] = defaultdict(list)
-            need_bwd: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
-            for n, k in v.consumers:
-                for ib, sb in enumerate(pr.strategies[n]):
-                    pv = pairs[(n, k)][ia][ib]
-                    dst = sb.inputs[k] if k < len(sb.inputs) else None
-                    if dst is not None and dst != src and not isinstance(dst, Partial):
-                        need_fwd[pstr(dst)].append(pv)
-                    if not v.has_grad or dst is None or n in pr.no_grad:
-                        continue
-                    if pr.passes(n, sb):
-                        need_bwd["P"].append((pv, gp[(n, 0)]))  # partial only if the view's output is
-                    elif (g := sb.grad_of_input(k)) is not None:
-                        need_bwd[pstr(g)].append((pv, None))
-            for key, pvs in need_fwd.items():
-                t = pr.reshard_s(src, parse_placement(key), v.nbytes, v.ndim)
-                _charge(m, [(pv, None) for pv in pvs], t)
-            want = _dual(src)
-            for key, pvs in need_bwd.items():  # _add_grad_constraints
-                g = parse_placement(key)
-                if g == want:
-                    continue
-                if isinstance(g, Partial) and pr.passes(v.producer, sa):
-                    for pv, cond in pvs:  # hand the partial gradient on: gp[v] >= pv (AND cond)
-                        _at_least(m, gp[(v.producer, v.index)], pv, cond)
-                    continue
-                _charge(m, pvs, pr.reshard_s(g, want, v.nbytes, v.ndim))
-    sol = m.solve()
-    choice = {n: next(i for i, var in enumerate(vs) if sol[var]) for n, vs in x.items()}
-    return choice, float(np.dot(np.asarray(m.cost), sol)), len(m.cost)
-
-
-def _at_least(m: _Model, var: int, pv: int, cond: int | None) -> None:
-    """``var >= pv`` (or ``var >= pv AND cond``, linearised as ``var >= pv + cond - 1``)."""
-    if cond is None:
-        m.row({var: 1.0, pv: -1.0}, 0, np.inf)
-    else:
-        m.row({var: 1.0, pv: -1.0, cond: -1.0}, -1, np.inf)
-
-
-def _charge(m: _Model, pvs: list[tuple[int, int | None]], t: float) -> None:
-    """Pay ``t`` once if any of the (pair variable AND condition) terms holds."""
-    if t <= 0 or not pvs:
-        return
-    if len(pvs) == 1 and pvs[0][1] is None:
-        m.cost[pvs[0][0]] += t
-        return
-    var = m.var(t)
-    for pv, cond in pvs:
-        _at_least(m, var, pv, cond)
 
 
 def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: CostModel,
@@ -544,28 +326,6 @@ _VIEW_LIKE = {getattr(aten, n) for n in ("view", "_unsafe_view", "reshape", "t",
 def _is_view_like(n: fx.Node) -> bool:
     """Single-input ops that are linear in their input: a partial gradient passes through them."""
     return getattr(n.target, "overloadpacket", None) in _VIEW_LIKE
-
-
-def _passes_through(s: NodeStrategy) -> bool:
-    return len(s.inputs) >= 1 and isinstance(s.inputs[0], Replicate) and all(
-        isinstance(p, Replicate) for p in s.outputs if p is not None)
-
-
-def _pair_vars(m: _Model, xu: list[int], xn: list[int]) -> list[list[int]]:
-    """Variables equal to ``x_u[a]·x_n[b]``, with the tight (marginal) linearisation.
-
-    A side with a single strategy needs no new variable: the product is the other side's ``x``.
-    """
-    if len(xu) == 1:
-        return [list(xn)]
-    if len(xn) == 1:
-        return [[v] for v in xu]
-    y = [[m.var(0.0) for _ in xn] for _ in xu]
-    for ia in range(len(xu)):  # Σ_b y[a,b] = x_u[a]
-        m.row({**{y[ia][ib]: 1.0 for ib in range(len(xn))}, xu[ia]: -1.0}, 0, 0)
-    for ib in range(len(xn)):  # Σ_a y[a,b] = x_n[b]
-        m.row({**{y[ia][ib]: 1.0 for ia in range(len(xu))}, xn[ib]: -1.0}, 0, 0)
-    return y
 
 
 def _val(node: fx.Node, idx: int) -> torch.Tensor:

@@ -170,3 +170,80 @@ def test_ulysses_moves_the_sequence_split_to_heads_around_attention(cost_model, 
     assert fwd["all_to_all"] >= 2 and fwd["all_reduce"] == 0 and fwd["all_gather"] == 0
     sdpa = next(v for k, v in opt.placements.items() if "attention" in k)
     assert sdpa.startswith("S(1),S(1),S(1)")  # (B, H, T, D): heads split inside attention
+
+
+# ---- alike nodes tied (large layers) -------------------------------------------------------
+
+def test_tied_ilp_is_exact_for_what_it_returns(cost_model, monkeypatch):
+    from galvatron_fx.search import placement_ilp
+
+    monkeypatch.setattr(placement_ilp, "TIE_ABOVE", -1)  # tie every problem
+    rng = random.Random(1)
+    for _ in range(60):
+        pr = _random_problem(rng, cost_model)
+        choice, objective, _ = solve_placement(pr)
+        tie = placement_ilp.alike_nodes(pr)
+        assert all(choice[n] == choice[tie[n]] for n in pr.nodes)
+        assert objective == pytest.approx(evaluate(pr, choice)[0], rel=1e-7, abs=1e-12)
+
+
+def _unrolled(steps: int, cost_model) -> PlacementProblem:
+    """A loop of ``steps`` alike steps: ``a_i`` makes a sharded value, ``b_i`` reads it and
+    ``b_{i-1}``, replicated or sharded (each step pays its own redistribution)."""
+    S0 = Shard(0)
+    nodes, strategies, compute, values = [], {}, {}, []
+    for i in range(steps):
+        nodes += [f"a{i}", f"b{i}"]
+        strategies[f"a{i}"], compute[f"a{i}"] = [NodeStrategy((), (S0,))], [1e-6]
+        ins = 1 if i == 0 else 2
+        strategies[f"b{i}"] = [NodeStrategy((R,) * ins, (R,)), NodeStrategy((S0,) * ins, (S0,))]
+        compute[f"b{i}"] = [2e-5, 5e-5]
+        values.append(_Value(f"a{i}", 0, 2**22, 2, True, [(f"b{i}", 0)]))
+        if i:
+            values.append(_Value(f"b{i - 1}", 0, 2**22, 2, True, [(f"b{i}", 1)]))
+
+    def reshard(src, dst, nbytes, ndim):
+        return cost_model.reshard_time_s(nbytes, *_layouts(src, dst), range(4), ndim)
+
+    return PlacementProblem(nodes=nodes, strategies=strategies, compute_s=compute, values=values,
+                            view_like=set(), reshard_s=reshard)
+
+
+def test_a_tied_loop_pays_every_step(cost_model, monkeypatch):
+    from galvatron_fx.search import placement_ilp
+
+    pr = _unrolled(40, cost_model)
+    assert len(set(placement_ilp.alike_nodes(pr).values())) < len(pr.nodes) / 2
+    monkeypatch.setattr(placement_ilp, "TIE_ABOVE", 10**12)
+    _, objective, n_vars = solve_placement(pr)
+    monkeypatch.setattr(placement_ilp, "TIE_ABOVE", -1)
+    choice, tied, tied_vars = solve_placement(pr)
+    assert tied_vars < n_vars
+    assert tied == pytest.approx(objective, rel=1e-9) == evaluate(pr, choice)[0]
+
+
+def test_an_unrolled_loop_is_solved_with_its_steps_tied(monkeypatch):
+    """A layer that unrolls a scan (Mamba's selective scan: a few ops per time step) is solved
+    with each step's ops tied across steps: far fewer variables, the same optimum."""
+    import torch
+
+    import hf_tiny
+    from galvatron_fx.search import placement_ilp
+    from galvatron_fx.search.intra_layer import build_problem
+
+    torch.manual_seed(0)
+    model, batch = hf_tiny.build("mamba")
+    mg = gfx.capture(model, (), example_kwargs=batch)
+    layer = next(l for l in mg.blocks())
+    dl = decompose_layer(mg, layer)
+    cm = AnalyticCostModel(gfx.Cluster.preset("dgx-a100-80g"))
+    pr, _ = build_problem(dl, 2, "megatron", cm, [0, 1])
+    tie = placement_ilp.alike_nodes(pr)
+    assert len(set(tie.values())) < 0.6 * len(pr.nodes)  # each step's ops are alike to the next's
+    monkeypatch.setattr(placement_ilp, "TIE_ABOVE", 10**12)
+    choice, objective, n_vars = solve_placement(pr)
+    monkeypatch.setattr(placement_ilp, "TIE_ABOVE", -1)
+    tied_choice, tied_objective, tied_vars = solve_placement(pr)
+    assert tied_vars < 0.6 * n_vars
+    assert tied_objective == pytest.approx(objective, rel=1e-6)
+    assert evaluate(pr, tied_choice)[0] == pytest.approx(tied_objective, rel=1e-7)
