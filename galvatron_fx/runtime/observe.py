@@ -156,19 +156,19 @@ class _Recorder:
         self.tl.mark(("loop",))
 
     # ---- a step ----
-    def _step(self, batch, optimizer):
+    def _step(self, batch, optimizer, **kw):
         if not self.armed:
-            loss = self.train_step(batch, optimizer)
+            loss = self.train_step(batch, optimizer, **kw)
         elif self.memory_next:  # one step for memory, not timed
             self.memory_next = False
-            loss = self._memory_step(batch, optimizer)
+            loss = self._memory_step(batch, optimizer, **kw)
         else:
-            loss = self._timed_step(batch, optimizer)
+            loss = self._timed_step(batch, optimizer, **kw)
         if self.after_step is not None:
             self.after_step(optimizer)
         return loss
 
-    def _timed_step(self, batch, optimizer):
+    def _timed_step(self, batch, optimizer, **kw):
         tl = self.tl
         tl.marks.clear()
         orig = optimizer.step
@@ -184,7 +184,7 @@ class _Recorder:
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats()
             tl.mark(("loop",))
-            loss = self.train_step(batch, optimizer)
+            loss = self.train_step(batch, optimizer, **kw)
             tl.mark(("end",))
         finally:
             del optimizer.step
@@ -204,10 +204,10 @@ class _Recorder:
             self._wrap(False)
         return loss
 
-    def _memory_step(self, batch, optimizer):
+    def _memory_step(self, batch, optimizer, **kw):
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-            loss = self.train_step(batch, optimizer)
+            loss = self.train_step(batch, optimizer, **kw)
             self.peak_bytes = torch.cuda.max_memory_allocated()
             return loss
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -218,7 +218,7 @@ class _Recorder:
             tracker.track_external(self.pm, optimizer, *[x for x in self.pm.mg.bind_inputs(batch)
                                                           if isinstance(x, torch.Tensor)])
             with tracker:
-                loss = self.train_step(batch, optimizer)
+                loss = self.train_step(batch, optimizer, **kw)
             snap = tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {})
             kinds = {str(getattr(k, "value", k)): int(v) for k, v in snap.items()}
             self.peak_bytes = kinds.get("Total") or None

@@ -435,19 +435,43 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         return [v.dtensor() if wrap and isinstance(v, LocalValue) else v for v in (env[n] for n in outputs)]
 
     # ---- training ---------------------------------------------------------------------------
-    def train_step(self, batch, optimizer: torch.optim.Optimizer) -> float:
+    def train_step(self, batch, optimizer: torch.optim.Optimizer, *, max_norm: float | None = None,
+                   scheduler=None) -> float:
         """One step on a global batch (full tensors on every rank; a sequence in the model's
         positional order, or a mapping of input names to tensors): ``num_microbatches``
-        micro-batches with accumulated grads, one dp sync, ``optimizer.step()``, ``zero_grad()``.
-        Returns the mean loss. Under ``fp16`` the loss is scaled (:class:`LossScaler`) and a step
-        whose gradients overflow is skipped on every rank. The ranks' batches are compared on the
-        first step and every ``guard.check_every`` steps, and a peer that stops answering ends the
-        step with a ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
+        micro-batches with accumulated grads, one dp sync, the gradients clipped to a global norm
+        of ``max_norm`` (:meth:`clip_grad_norm_`) when given, ``optimizer.step()``,
+        ``scheduler.step()`` when given, ``zero_grad()``. Returns the mean loss. Under ``fp16`` the
+        loss is scaled (:class:`LossScaler`) and a step whose gradients overflow is skipped on every
+        rank. The ranks' batches are compared on the first step and every ``guard.check_every``
+        steps, and a peer that stops answering ends the step with a ``RankFailureError``
+        (:class:`~galvatron_fx.runtime.guard.StepGuard`). The short form of :meth:`forward_backward`,
+        :meth:`clip_grad_norm_` and the user's own optimizer calls."""
         batch = self.mg.bind_inputs(batch)
         with self.guard.step((batch, self.mg.input_names)):
-            return self._train_step(batch, optimizer)
+            return self._train_step(batch, optimizer, max_norm=max_norm, scheduler=scheduler)
 
-    def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> float:
+    def forward_backward(self, batch) -> torch.Tensor:
+        """Every micro-batch's forward and backward on a global batch (as :meth:`train_step`
+        takes it) and the data-parallel gradient sync, the gradients left in ``.grad`` (unscaled
+        under ``fp16``; none at all after an overflow, so that the step that follows changes
+        nothing): the user's loop then clips (:meth:`clip_grad_norm_`), steps its optimizer and
+        its LR schedule and zeroes the gradients itself. Returns the global mean loss (a 0-dim
+        float tensor, equal on every rank)."""
+        batch = self.mg.bind_inputs(batch)
+        with self.guard.step((batch, self.mg.input_names)):
+            return torch.tensor(self._train_step(batch, None))
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` over the single-process model's parameters, whatever
+        mesh, shard or host each lives on here (:mod:`~galvatron_fx.runtime.grad_norm`); returns
+        the total norm before clipping. Collective: every rank calls it."""
+        from galvatron_fx.runtime.grad_norm import clip_grad_norm_
+
+        return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite)
+
+    def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer | None, *,
+                    max_norm: float | None = None, scheduler=None) -> float:
         m = self.num_microbatches
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
@@ -476,9 +500,8 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         if carrier is not None:
             mesh, (dp_p, _) = layout
             total = carrier.extra_sum / (mesh.size(0) if dp_p.reduce_op == "avg" else 1)
-        if self.scaler is None or self.scaler.unscale(list(self.parameters())):
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))
+        _step(self, optimizer, ok, max_norm, scheduler)
         return total.item() / m
 
     # ---- state ------------------------------------------------------------------------------
@@ -531,3 +554,20 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         from galvatron_fx.runtime.checkpoint import load_full_state_dict
 
         return load_full_state_dict(self, state_dict, strict=strict)
+
+
+def _step(module, optimizer, ok: bool, max_norm: float | None, scheduler) -> None:
+    """The end of a step after the gradient sync: clip, step and zero (``optimizer`` None:
+    :meth:`ParallelModule.forward_backward`, which leaves the gradients, none after an fp16
+    overflow ``ok`` False)."""
+    if optimizer is None:
+        if not ok:
+            module.zero_grad(set_to_none=True)
+        return
+    if ok:
+        if max_norm is not None:
+            module.clip_grad_norm_(max_norm)
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)

@@ -364,19 +364,35 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
     def forward(self, *inputs):
         raise PlanError("a pipelined module runs whole steps: call train_step(batch, optimizer)")
 
-    def train_step(self, batch, optimizer: torch.optim.Optimizer | None) -> float:
+    def train_step(self, batch, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
+                   scheduler=None) -> float:
         """One step on a global batch (full tensors on every rank; a sequence in the model's
         positional order, or a mapping of input names to tensors): the schedule's forward and
-        backward over ``num_microbatches`` micro-batches, gradient sync, ``optimizer.step()`` and
-        ``zero_grad()`` (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the
-        mean loss on every rank. The first stage's ranks, which read the batch, compare it on the
-        first step and every ``guard.check_every`` steps; a peer that stops answering ends the step
-        with a ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
+        backward over ``num_microbatches`` micro-batches, gradient sync, clipping to ``max_norm``
+        when given, ``optimizer.step()``, ``scheduler.step()`` when given, and ``zero_grad()``
+        (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the mean loss on
+        every rank. The first stage's ranks, which read the batch, compare it on the first step and
+        every ``guard.check_every`` steps; a peer that stops answering ends the step with a
+        ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
         args = tuple(self.mg.bind_inputs(batch)) if self._first else ()
         with self.guard.step((args, self.mg.input_names) if self._first else None):
-            return self._train_step(args, optimizer)
+            return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
 
-    def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None) -> float:
+    def forward_backward(self, batch) -> torch.Tensor:
+        """The schedule's forward and backward and the gradient sync, the gradients left in
+        ``.grad`` (see :meth:`ParallelModule.forward_backward`); the global mean loss on every rank."""
+        return torch.tensor(self.train_step(batch, None))
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
+        """:meth:`ParallelModule.clip_grad_norm_` over every stage's parameters (collective)."""
+        from galvatron_fx.runtime.grad_norm import clip_grad_norm_
+
+        return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite)
+
+    def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
+                    scheduler=None) -> float:
+        from galvatron_fx.runtime.parallel_module import _step
+
         losses: list[torch.Tensor] = []
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
             self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
@@ -385,10 +401,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
         self.sync_grads()
         scale = self.scaler.scale if self.scaler is not None else 1.0
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))  # fp16: skip on overflow
-        if optimizer is not None:
-            if ok:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        _step(self, optimizer, ok, max_norm, scheduler)
         return self._mean_loss(losses) / scale
 
     @torch.no_grad()

@@ -252,6 +252,67 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     return _param_errors(res, pm.state_dict())
 
 
+LOOP_CASES = {2: (("llama", "tp2-sp"), ("gpt2", "pp2-1f1b")), 4: (("llama", "dp2tp2-sp-zero3"),)}
+LOOP_MAX_NORM = 0.05
+
+
+def _loop_case(family: str, spec: str, world: int, cache: dict) -> dict:
+    """A Hugging Face model in the loop its user owns: ``forward_backward`` on the batch as the
+    data loader gives it, ``clip_grad_norm_``, AdamW with weight decay on all but the norms and
+    biases (groups by the original FQNs), a warmup-cosine ``LambdaLR``; five steps that all clip,
+    against the same loop on one process."""
+    import torch
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+    from galvatron_fx.runtime.pipeline import PipelineModule
+    from test_parallel_module import warmup_cosine
+
+    pp = 2 if spec.startswith("pp2") else 1
+    model, mg = _captured(family, pp, cache)
+    dp, tp, sp, rc, dpt = (SPECS if world == 2 else SPECS4)[spec]
+    if pp > 1:
+        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=2, name=f"{family}-{spec}", pp=2,
+                         boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
+        pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    else:
+        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=1, name=f"{family}-{spec}")
+        pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    ref = copy.deepcopy(model)
+    m = plan.num_microbatches
+
+    def adamw(named):
+        decay = [p for n, p in named if p.ndim >= 2]
+        rest = [p for n, p in named if p.ndim < 2]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                 lr=1e-3)
+
+    opt, ref_opt = adamw(list(pm.named_parameters())), adamw(list(ref.named_parameters()))
+    sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
+    res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
+    for i in range(5):
+        b = hf_tiny.batch(family, 4, seed=20 + i)
+        loss = pm.forward_backward(b)
+        norm = pm.clip_grad_norm_(LOOP_MAX_NORM)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        want = 0.0
+        for j in range(m):
+            part = ref(**hf_tiny.micro(b, m, j)).loss
+            (part / m).backward()
+            want += part.item() / m
+        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), LOOP_MAX_NORM)
+        ref_opt.step()
+        ref_sched.step()
+        ref_opt.zero_grad(set_to_none=True)
+        res["loss_rel"].append(abs(float(loss) - want) / abs(want))
+        res["norm_rel"].append(abs(float(norm) - float(ref_norm)) / float(ref_norm))
+        res["ref_norms"].append(float(ref_norm))
+    res["ref_sd"] = ref.state_dict()
+    res["step_s"] = [0.0]
+    return _param_errors(res, pm.state_dict())
+
+
 def _ddp_case(family: str, spec: str, world: int, cache: dict) -> dict:
     """A model whose forward writes buffers (BatchNorm) under a data-parallel plan, against
     ``DistributedDataParallel`` on the same ranks: each rank normalises with its own share's
@@ -554,6 +615,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     torch.manual_seed(0)
     cache: dict = {}
     jobs = [(f"{f}/{s}", (lambda f=f, s=s: _plan_case(f, s, world, cache))) for f, s in CASES[world]]
+    jobs += [(f"{f}/loop-{s}", (lambda f=f, s=s: _loop_case(f, s, world, cache))) for f, s in LOOP_CASES[world]]
     vocab_spec = "tp2-vocab" if world == 2 else "dp2tp2-vocab"
     jobs += [(f"{f}/{vocab_spec}", (lambda f=f: _vocab_case(f, vocab_spec, world, cache)))
              for f in (VOCAB_FAMILIES if world == 2 else VOCAB_FAMILIES4)]
@@ -591,6 +653,17 @@ def _check(res: dict) -> None:
     assert max(res["loss_rel"]) < LOSS_RTOL, res
     assert res["param_err"] < PARAM_TOL, res
     assert not res["missing"], res
+
+
+@pytest.mark.parametrize("world,family,spec", [(w, f, s) for w, cs in LOOP_CASES.items() for f, s in cs])
+def test_hf_models_train_in_the_loop_their_user_owns(request, world, family, spec):
+    """forward_backward + clip_grad_norm_ + AdamW (weight decay by parameter group) + warmup-cosine
+    LambdaLR: losses and total norms within 1e-5 relative, parameters within 1e-4, every step
+    clipped."""
+    r = assert_ok(request.getfixturevalue(f"results{world}"), f"{family}/loop-{spec}")
+    _check(r)
+    assert max(r["norm_rel"]) < LOSS_RTOL, r
+    assert min(r["ref_norms"]) > LOOP_MAX_NORM, r
 
 
 @pytest.mark.parametrize("family,spec", CASES[2])

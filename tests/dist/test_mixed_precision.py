@@ -66,6 +66,19 @@ def _case(name: str, tmp: str) -> dict:
             fresh = ParallelModule(copy.deepcopy(model), mgp, dataclasses.replace(plan, precision=prec))
             fresh.load(f"{tmp}/{name}-fp16-ckpt", torch.optim.AdamW(fresh.parameters(), lr=1e-3))
             res["loaded_scaler"] = fresh.scaler.state_dict()
+            # the user's own loop: forward_backward leaves no gradient after an overflow, so the
+            # optimizer step that follows moves nothing
+            pm.scaler = LossScaler(init_scale=2.0**24)
+            before = {k: v.clone() for k, v in pm.state_dict().items()}
+            pm.forward_backward(batches[0])
+            res["fb_overflow_grads"] = sum(p.grad is not None for p in pm.parameters())
+            res["fb_overflow_norm"] = float(pm.clip_grad_norm_(1.0))
+            opt.step()
+            opt.zero_grad()
+            res["fb_overflow_moved"] = max((pm.state_dict()[k] - v).abs().max().item() for k, v in before.items())
+            pm.scaler = LossScaler()
+            res["fb_good_grads"] = (pm.forward_backward(batches[1]).item(),
+                                    sum(p.grad is not None for p in pm.parameters()))
     return res
 
 
@@ -129,6 +142,9 @@ def test_fp16_loss_scaler_skips_an_overflowing_step(world2, name):
     assert r["overflow_moved"] == 0.0, "a skipped step changed the parameters"
     assert r["loaded_scaler"] == {"scale": 2.0**23, "good_steps": 0, "skipped": 1, "overflows_at_min_scale": 0}, \
         "the loss scale was not restored"
+    assert r["fb_overflow_grads"] == 0 and r["fb_overflow_norm"] == 0.0 and r["fb_overflow_moved"] == 0.0, \
+        "forward_backward left an overflowed step's gradients for the user's optimizer"
+    assert r["fb_good_grads"][1] > 0, "forward_backward left no gradient after a good step"
 
 
 def test_pipelined_mixed_precision_within_noise_of_fp32(world2):

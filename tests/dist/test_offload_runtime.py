@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import PARAM_TOL, STEPS, TOL, _batches, build, compare_training, make_plan
+from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, _batches, build, check_user_loop,
+                                  compare_training, compare_user_loop, make_plan)
 
 import hf_tiny
 
@@ -282,10 +283,28 @@ def _pipeline_case() -> dict:
             "masters_on_host": all(w.master.device.type == "cpu" for ch in pm.chunks for w in ch.body._working)}
 
 
+# the user-owned loop with offloaded layers: the norm reads the host masters' gradients
+LOOP_CASES = {2: ("gpt-mixed",), 4: ("gpt-dp2tp2",)}
+
+
+def _loop_case(key: str, world: int, cache: dict) -> dict:
+    import copy
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    gbs, m, spec, _ = CASES[world][key]
+    if gbs // m not in cache:
+        cache[gbs // m] = build("gpt-tiny", gbs // m)
+    model, mg, _ = cache[gbs // m]
+    pm = ParallelModule(copy.deepcopy(model), mg, make_plan(mg, world, spec, gbs=gbs, m=m, name=key))
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m)
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
     jobs = [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
+    jobs += [(f"loop-{key}", lambda key=key: _loop_case(key, world, cache)) for key in LOOP_CASES[world]]
     jobs += [("hf-llama", lambda: _hf_case(world)), ("resume", lambda: _resume(world, tmp))]
     if world == 2:
         jobs.append(("pipeline", _pipeline_case))
@@ -364,6 +383,14 @@ def _check_resume(results: dict) -> None:
             assert c[f"{tag}_param_err"] <= PARAM_TOL, f"rank {rank}: {tag}: parameters {c[f'{tag}_param_err']}"
             assert c[f"{tag}_other_start"] > 100 * TOL, "the resumed module's own weights equal the saved ones"
     assert r["off_to_plain_step"] == RESUME_AT
+
+
+@pytest.mark.parametrize("world,key", [(w, k) for w, ks in LOOP_CASES.items() for k in ks])
+def test_the_user_owned_loop_clips_offloaded_gradients_like_one_process(request, world, key):
+    """forward_backward + clip_grad_norm_ (host masters' gradients) + AdamW + warmup-cosine."""
+    results = request.getfixturevalue(f"world{world}")
+    assert_ok(results, f"loop-{key}")
+    check_user_loop(results, f"loop-{key}")
 
 
 @pytest.mark.parametrize("key", list(CASES[2]))

@@ -207,6 +207,81 @@ def compare_training(model, pm, batches, m: int, *, on_first_grads=None) -> tupl
     return res, ref_step, opt
 
 
+LOOP_STEPS = 5
+MAX_NORM = 0.05  # below every step's gradient norm of gpt-tiny here: every step clips
+
+
+def warmup_cosine(opt, warmup: int = 2, total: int = LOOP_STEPS):
+    """A warmup-cosine ``LambdaLR`` (the schedule an LLM recipe uses)."""
+    import math
+
+    import torch
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False) -> dict:
+    """The loop a user owns, against one process: ``pm.forward_backward(batch)``, then
+    ``pm.clip_grad_norm_(MAX_NORM)``, AdamW with decoupled weight decay and a warmup-cosine
+    ``LambdaLR`` stepped by the loop, ``zero_grad``; the reference runs the same loop on a copy of
+    ``model`` with ``torch.nn.utils.clip_grad_norm_``. Records each step's loss and total-norm
+    relative differences and the parameters' largest difference after the last step.
+    ``short_form``: the same loop as ``pm.train_step(batch, opt, max_norm=, scheduler=)`` (no norm
+    to compare)."""
+    import copy
+
+    import torch
+
+    ref = copy.deepcopy(model)
+    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3, weight_decay=0.1)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.1)
+    sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
+    res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
+    for batch in batches:
+        if short_form:
+            loss, norm = pm.train_step(batch, opt, max_norm=MAX_NORM, scheduler=sched), None
+        else:
+            loss = pm.forward_backward(batch)
+            norm = pm.clip_grad_norm_(MAX_NORM)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        chunks = [x.chunk(m) for x in batch]
+        want = 0.0
+        for i in range(m):
+            part = ref(*(c[i] for c in chunks))
+            (part / m).backward()
+            want += part.item() / m
+        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
+        ref_opt.step()
+        ref_sched.step()
+        ref_opt.zero_grad(set_to_none=True)
+        res["loss_rel"].append(abs(float(loss) - want) / abs(want))
+        res["norm_rel"].append(0.0 if norm is None else abs(float(norm) - float(ref_norm)) / float(ref_norm))
+        res["ref_norms"].append(float(ref_norm))
+    sd, ref_sd = pm.state_dict(), ref.state_dict()
+    res["param_err"] = max((sd[k] - v).abs().max().item() for k, v in ref_sd.items())
+    res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_sd.items())
+    return res
+
+
+def check_user_loop(results: dict, key: str) -> None:
+    """The checks of :func:`compare_user_loop`'s figures, on every rank."""
+    for rank, by_case in results.items():
+        c = by_case[key]
+        assert "error" not in c, f"rank {rank}: {c.get('trace', c.get('error'))}"
+        assert max(c["loss_rel"]) <= TOL, f"rank {rank}: losses differ by {c['loss_rel']}"
+        assert max(c["norm_rel"]) <= TOL, f"rank {rank}: total norms differ by {c['norm_rel']}"
+        assert min(c["ref_norms"]) > MAX_NORM, "a step did not clip: the test cannot see clipping"
+        assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters differ by {c['param_err']}"
+        assert c["param_moved"] > 10 * PARAM_TOL
+
+
 def _case(key: str, world: int, cache: dict) -> dict:
     import copy
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import PARAM_TOL, STEPS, TOL, _batches, build, make_plan
+from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, _batches, build, check_user_loop,
+                                  compare_user_loop, make_plan)
 
 Z3 = (2, 1, "none", "none", "zero3")
 Z2 = (2, 1, "none", "none", "zero2")
@@ -111,6 +112,25 @@ def _case(key: str, world: int, cache: dict) -> dict:
     return res
 
 
+# the user-owned loop on pipelined plans: a weight tied across the two stages (gpt-tiny's
+# embedding and head), interleaved chunks, ZeRO and recompute inside a stage, tp 2 with SP
+LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved"), 4: ("pp2dp2-mixed-zero", "pp2tp2-sp")}
+
+
+def _loop_case(key: str, world: int, cache: dict) -> dict:
+    import copy
+
+    from galvatron_fx.runtime.pipeline import PipelineModule
+
+    name, gbs, m, schedule, bounds, spec = CASES[world][key]
+    if (name, gbs // m) not in cache:
+        cache[(name, gbs // m)] = build(name, gbs // m)
+    model, mg, _ = cache[(name, gbs // m)]
+    plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key, pp=2, boundaries=bounds, schedule=schedule)
+    pm = PipelineModule(copy.deepcopy(model), mg, plan)
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m)
+
+
 def _errors_case(world: int, cache: dict) -> dict:
     """A plan whose stages do not split the ranks evenly, or that puts stage 0 above stage 1, is
     refused on every rank."""
@@ -138,6 +158,7 @@ def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
     jobs = [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
+    jobs += [(f"loop-{key}", lambda key=key: _loop_case(key, world, cache)) for key in LOOP_CASES.get(world, ())]
     if world == 2:
         jobs.append(("errors", lambda: _errors_case(world, cache)))
     run_jobs(rank, tmp, jobs, only_env="GFX_PP_ONLY")
@@ -190,6 +211,14 @@ def test_world4_pipeline_trains_like_one_process(world4, key):
 @pytest.mark.parametrize("key", list(CASES[8]))
 def test_world8_pipeline_trains_like_one_process(world8, key):
     _check(world8, key, 8)
+
+
+@pytest.mark.parametrize("world,key", [(w, k) for w, ks in LOOP_CASES.items() for k in ks])
+def test_the_user_owned_loop_clips_and_schedules_pipelines_like_one_process(request, world, key):
+    """forward_backward + clip_grad_norm_ over both stages + AdamW + warmup-cosine LambdaLR."""
+    results = request.getfixturevalue(f"world{world}")
+    assert_ok(results, f"loop-{key}")
+    check_user_loop(results, f"loop-{key}")
 
 
 def test_stages_the_pipeline_cannot_run_are_refused(world2):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import PARAM_TOL, STEPS, TOL, T, _batches, compare_training
+from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, T, _batches, check_user_loop,
+                                  compare_training, compare_user_loop)
 
 
 # name -> (global batch, num_microbatches, spec); spec: (dp, tp, dp_type) for every layer, or a
@@ -107,20 +108,26 @@ def _full_bytes_one(ex, k, p) -> int:
     return math.prod(ex._meta[k][1]) * p.element_size()
 
 
+def _captured(cache: dict, micro: int):
+    """gpt-tiny and its capture at a micro-batch of ``micro`` samples (built once per rank)."""
+    import galvatron_fx as gfx
+    from galvatron_fx import zoo
+
+    if micro not in cache:
+        model, inputs = zoo.build("gpt-tiny", batch_size=micro, seq_len=T, device="cpu", seed=0)
+        cache[micro] = (model, gfx.capture(model, inputs))
+    return cache[micro]
+
+
 def _case(key: str, world: int, cache: dict) -> dict:
     import copy
 
     from torch.distributed.fsdp import FSDPModule
 
-    import galvatron_fx as gfx
-    from galvatron_fx import zoo
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
     gbs, m, spec = CASES[world][key]
-    if gbs // m not in cache:
-        model, inputs = zoo.build("gpt-tiny", batch_size=gbs // m, seq_len=T, device="cpu", seed=0)
-        cache[gbs // m] = (model, gfx.capture(model, inputs))
-    model, mg = cache[gbs // m]
+    model, mg = _captured(cache, gbs // m)
     plan = _plan(mg, world, spec, gbs=gbs, m=m, name=key)
     pm = ParallelModule(copy.deepcopy(model), mg, plan)
     batches = _batches(gbs, STEPS)
@@ -142,11 +149,32 @@ def _case(key: str, world: int, cache: dict) -> dict:
     return res
 
 
+# the user-owned loop (forward_backward, clip_grad_norm_, the user's optimizer and LR schedule)
+# on the plans above whose parameters live most differently: plain replicas, FSDP shards, a
+# tied weight in two flavours, tp-sharded local shards beside ZeRO-3 over 2-D meshes
+# ("short-": the same loop as train_step(batch, opt, max_norm=, scheduler=))
+LOOP_CASES = {2: ("ddp", "zero3-m2", "mixed", "short-mixed"), 4: ("zero3-dp2tp2", "mixed-meshes")}
+
+
+def _loop_case(key: str, world: int, cache: dict) -> dict:
+    import copy
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    short = key.startswith("short-")
+    key = key.removeprefix("short-")
+    gbs, m, spec = CASES[world][key]
+    model, mg = _captured(cache, gbs // m)
+    pm = ParallelModule(copy.deepcopy(model), mg, _plan(mg, world, spec, gbs=gbs, m=m, name=key))
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, short_form=short)
+
+
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:
     init_gloo(rank, world, port)
     cache: dict = {}
-    run_jobs(rank, tmp, [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]],
-             only_env="GFX_ZERO_ONLY")
+    jobs = [(key, lambda key=key: _case(key, world, cache)) for key in CASES[world]]
+    jobs += [(f"loop-{key}", lambda key=key: _loop_case(key, world, cache)) for key in LOOP_CASES[world]]
+    run_jobs(rank, tmp, jobs, only_env="GFX_ZERO_ONLY")
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +217,15 @@ def test_world2_zero_trains_like_one_process(world2, key):
 @pytest.mark.parametrize("key", list(CASES[4]))
 def test_world4_zero_trains_like_one_process(world4, key):
     _check_numerics(world4, key)
+
+
+@pytest.mark.parametrize("world,key", [(w, k) for w, ks in LOOP_CASES.items() for k in ks])
+def test_the_user_owned_loop_clips_and_schedules_like_one_process(request, world, key):
+    """forward_backward + clip_grad_norm_ + AdamW (weight decay) + warmup-cosine LambdaLR, five
+    steps that all clip: losses and total norms within 1e-5, parameters within PARAM_TOL."""
+    results = request.getfixturevalue(f"world{world}")
+    _ok(results, f"loop-{key}")
+    check_user_loop(results, f"loop-{key}")
 
 
 def test_zero3_shards_parameter_memory(world2, world4):
