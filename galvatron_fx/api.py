@@ -176,7 +176,8 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
             example_kwargs: Mapping[str, Any] | None = None, loss_fn=None, global_batch_size,
             memory_budget: int | float | None = None, plan: ParallelPlan | None = None,
             search=None, precision: str | None = None, progress: bool | None = None, timeout: float | None = None,
-            dump_dir=None, adapt: bool | dict = False, cost_model=None) -> ParallelModule:  # noqa: A001 (DESIGN §6)
+            dump_dir=None, adapt: bool | dict = False, cost_model=None,
+            inputs: str = "global") -> ParallelModule:  # noqa: A001 (DESIGN §6)
     """Plan ``model`` for ``cluster`` (or use ``plan``) and return the module that runs it on
     this rank: a :class:`ParallelModule`, or a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule` for a pipelined plan (see module doc).
@@ -200,13 +201,20 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     :meth:`~galvatron_fx.runtime.adaptive.AdaptiveMixin.adapt_after`'s ``warmup``, ``steps``,
     ``threshold``) closes the loop once: after warm-up the module observes a few steps, refits
     the cost model, re-plans and switches in place when that pays, logging why
-    (:mod:`galvatron_fx.runtime.adaptive`; ``pm.observe``/``refit``/``replan`` do it by hand)."""
+    (:mod:`galvatron_fx.runtime.adaptive`; ``pm.observe``/``refit``/``replan`` do it by hand).
+    ``inputs``: ``"global"`` (every rank passes the whole global batch to ``train_step`` /
+    ``forward_backward``) or ``"local"`` (each rank passes its data-parallel share,
+    ``global_batch_size // pm.data_parallel_size`` samples, ``pm.sampler(dataset)``:
+    :mod:`galvatron_fx.runtime.local_inputs`)."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
     set_timeout(timeout)
+    if inputs not in ("global", "local"):
+        raise ConfigError(f"inputs={inputs!r}: use 'global' (every rank passes the whole global batch) or 'local' "
+                          "(each rank passes its data-parallel share: pm.sampler(dataset))")
     if isinstance(example_inputs, Mapping):
         example_kwargs, example_inputs = {**example_inputs, **(example_kwargs or {})}, ()
     with StepGuard().section("compile"):
@@ -215,7 +223,9 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     # what re-planning builds the next module from (runtime.adaptive)
     pm.__dict__["_compile_args"] = {"model": model, "cluster": cluster, "example_inputs": tuple(example_inputs),
                                     "example_kwargs": dict(example_kwargs or {}), "loss_fn": loss_fn,
-                                    "memory_budget": memory_budget, "search": search, "cost_model": cost_model}
+                                    "memory_budget": memory_budget, "search": search, "cost_model": cost_model,
+                                    "inputs": inputs}
+    pm.set_inputs(inputs)
     if adapt:
         pm.adapt_after(**(adapt if isinstance(adapt, dict) else {}))
     return pm

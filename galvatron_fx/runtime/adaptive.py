@@ -193,6 +193,7 @@ class AdaptiveMixin:
                        plan.global_batch_size, plan.predicted.memory_budget_bytes or args["memory_budget"], plan,
                        args["search"])
         move_state(self, new, optimizer)
+        new.set_inputs(args.get("inputs", "global"))
         new.__dict__["_compile_args"] = {**args, "example_inputs": ex_args, "example_kwargs": ex_kwargs}
         ref = self.__dict__.get("_user_model_ref")
         self.__class__ = new.__class__

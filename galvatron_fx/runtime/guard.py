@@ -161,13 +161,14 @@ def _checksum(t: torch.Tensor) -> int:
     return int((v * w).sum().item())
 
 
-def batch_signature(tensors: Sequence[Any], names: Sequence[str]) -> list[tuple]:
-    """``(name, shape, dtype, checksum)`` of each tensor input of a batch."""
-    return [(n, tuple(t.shape), str(t.dtype).removeprefix("torch."), _checksum(t))
+def batch_signature(tensors: Sequence[Any], names: Sequence[str], *, values: bool = True) -> list[tuple]:
+    """``(name, shape, dtype, checksum)`` of each tensor input of a batch (``values=False``: no
+    checksum, the signature of a rank's share in ``inputs="local"`` mode)."""
+    return [(n, tuple(t.shape), str(t.dtype).removeprefix("torch."), _checksum(t) if values else None)
             for n, t in zip(names, tensors) if isinstance(t, torch.Tensor)]
 
 
-def _batch_problem(sigs: list[list[tuple] | None], step: int) -> str | None:
+def _batch_problem(sigs: list[list[tuple] | None], step: int, *, values: bool = True) -> str | None:
     given = [(r, s) for r, s in enumerate(sigs) if s is not None]
     if len(given) < 2:
         return None
@@ -186,9 +187,14 @@ def _batch_problem(sigs: list[list[tuple] | None], step: int) -> str | None:
         if a[3] != b[3]:
             what = f"other values of input {a[0]!r} (shape {list(a[1])}, checksum {b[3]} vs {a[3]})"
             break
+    if not values:
+        return (f"the ranks were given batches of different shapes at step {step}: {_ranks([x for x, _ in differ])} "
+                f"got {what} than rank {r0}. With inputs='local' every rank passes its share of the global batch "
+                "(global_batch_size / pm.data_parallel_size samples, pm.sampler(dataset) picks them), all of one shape")
     return (f"the ranks were given different batches at step {step}: {_ranks([x for x, _ in differ])} got {what} "
             f"than rank {r0}. galvatron_fx splits each global batch itself: give every rank the same global "
-            "batch, in the same order (the same data seed; no DistributedSampler)")
+            "batch, in the same order (the same data seed; no DistributedSampler), or compile with "
+            "inputs='local' and give each rank its share")
 
 
 # ---- the guard -----------------------------------------------------------------------------
@@ -200,6 +206,7 @@ class StepGuard:
     def __init__(self, *, check_every: int = 100) -> None:
         self.check_every = check_every
         self.steps = 0
+        self.values = True  # compare the batches' values (False: shapes and dtypes, every step)
 
     @contextmanager
     def section(self, where: str, batch: tuple[Sequence[Any], Sequence[str]] | None = None, *,
@@ -220,10 +227,10 @@ class StepGuard:
                 log.debug("could not record section %d: %s", seq, e)
         try:
             if check:
-                sig = None if batch is None else batch_signature(*batch)
+                sig = None if batch is None else batch_signature(*batch, values=self.values)
                 sigs: list[Any] = [None] * dist.get_world_size()
                 dist.all_gather_object(sigs, sig)
-                agree_problem = _batch_problem(sigs, self.steps)
+                agree_problem = _batch_problem(sigs, self.steps, values=self.values)
                 if agree_problem:
                     raise ConfigError(agree_problem)
             yield
@@ -238,7 +245,7 @@ class StepGuard:
         """The section of the next training step (its batch compared on the first step and every
         ``check_every``-th)."""
         self.steps += 1
-        check = self.check_every > 0 and (self.steps == 1 or self.steps % self.check_every == 0)
+        check = not self.values or self.check_every > 0 and (self.steps == 1 or self.steps % self.check_every == 0)
         return self.section(f"train_step {self.steps}", batch, check=check)
 
 

@@ -71,6 +71,7 @@ from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
@@ -163,7 +164,7 @@ def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Te
     return full, aliases
 
 
-class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
+class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,
@@ -449,7 +450,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         :meth:`clip_grad_norm_` and the user's own optimizer calls."""
         batch = self.mg.bind_inputs(batch)
         with self.guard.step((batch, self.mg.input_names)):
-            return self._train_step(batch, optimizer, max_norm=max_norm, scheduler=scheduler)
+            return self._train_step(self._global_inputs(batch), optimizer, max_norm=max_norm, scheduler=scheduler)
 
     def forward_backward(self, batch) -> torch.Tensor:
         """Every micro-batch's forward and backward on a global batch (as :meth:`train_step`
@@ -460,7 +461,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, nn.Module):
         float tensor, equal on every rank)."""
         batch = self.mg.bind_inputs(batch)
         with self.guard.step((batch, self.mg.input_names)):
-            return torch.tensor(self._train_step(batch, None))
+            return torch.tensor(self._train_step(self._global_inputs(batch), None))
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
         """``torch.nn.utils.clip_grad_norm_`` over the single-process model's parameters, whatever

@@ -57,6 +57,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
@@ -155,7 +156,7 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
+class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
@@ -374,6 +375,12 @@ class PipelineModule(WeightsOut, AdaptiveMixin, nn.Module):
         every rank. The first stage's ranks, which read the batch, compare it on the first step and
         every ``guard.check_every`` steps; a peer that stops answering ends the step with a
         ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
+        if self.inputs_mode == "local":  # every rank's share, gathered; the first stage reads the whole
+            args = tuple(self.mg.bind_inputs(batch))
+            with self.guard.step((args, self.mg.input_names)):
+                whole = tuple(self._global_inputs(args))  # (a collective: every rank gathers)
+                args = whole if self._first else ()
+                return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
         args = tuple(self.mg.bind_inputs(batch)) if self._first else ()
         with self.guard.step((args, self.mg.input_names) if self._first else None):
             return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)

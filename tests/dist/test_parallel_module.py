@@ -225,14 +225,16 @@ def warmup_cosine(opt, warmup: int = 2, total: int = LOOP_STEPS):
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 
-def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False) -> dict:
+def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, local: bool = False) -> dict:
     """The loop a user owns, against one process: ``pm.forward_backward(batch)``, then
     ``pm.clip_grad_norm_(MAX_NORM)``, AdamW with decoupled weight decay and a warmup-cosine
     ``LambdaLR`` stepped by the loop, ``zero_grad``; the reference runs the same loop on a copy of
     ``model`` with ``torch.nn.utils.clip_grad_norm_``. Records each step's loss and total-norm
     relative differences and the parameters' largest difference after the last step.
     ``short_form``: the same loop as ``pm.train_step(batch, opt, max_norm=, scheduler=)`` (no norm
-    to compare)."""
+    to compare). ``local``: ``inputs="local"``, each rank passing only its replica's share of each
+    global batch (``pm.data_parallel_rank`` of ``pm.data_parallel_size``); then a step whose shares
+    differ in shape is refused (recorded as ``mismatch``)."""
     import copy
 
     import torch
@@ -242,7 +244,14 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False) -
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.1)
     sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
     res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
+    if local:
+        pm.set_inputs("local")
+        d, k = pm.data_parallel_size, pm.data_parallel_rank
+        res["dp_size"] = d
     for batch in batches:
+        whole = batch
+        if local:
+            batch = tuple(x.chunk(d)[k] for x in batch)
         if short_form:
             loss, norm = pm.train_step(batch, opt, max_norm=MAX_NORM, scheduler=sched), None
         else:
@@ -251,7 +260,7 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False) -
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-        chunks = [x.chunk(m) for x in batch]
+        chunks = [x.chunk(m) for x in whole]
         want = 0.0
         for i in range(m):
             part = ref(*(c[i] for c in chunks))
@@ -265,8 +274,19 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False) -
         res["norm_rel"].append(0.0 if norm is None else abs(float(norm) - float(ref_norm)) / float(ref_norm))
         res["ref_norms"].append(float(ref_norm))
     sd, ref_sd = pm.state_dict(), ref.state_dict()
-    res["param_err"] = max((sd[k] - v).abs().max().item() for k, v in ref_sd.items())
-    res["param_moved"] = max((v - model.state_dict()[k]).abs().max().item() for k, v in ref_sd.items())
+    res["param_err"] = max((sd[n] - v).abs().max().item() for n, v in ref_sd.items())
+    res["param_moved"] = max((v - model.state_dict()[n]).abs().max().item() for n, v in ref_sd.items())
+    if local:  # one rank's share one sample short: refused on every rank, before any collective hangs
+        import torch.distributed as dist
+
+        from galvatron_fx.errors import ConfigError
+
+        short = tuple(x[: len(x) - (dist.get_rank() == 1)] for x in batch)
+        try:
+            pm.forward_backward(short)
+            res["mismatch"] = "no error"
+        except ConfigError as e:
+            res["mismatch"] = str(e)
     return res
 
 
@@ -280,6 +300,9 @@ def check_user_loop(results: dict, key: str) -> None:
         assert min(c["ref_norms"]) > MAX_NORM, "a step did not clip: the test cannot see clipping"
         assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters differ by {c['param_err']}"
         assert c["param_moved"] > 10 * PARAM_TOL
+        if "dp_size" in c:  # inputs="local": the shares really differ, and a misshapen one is refused
+            assert c["dp_size"] > 1
+            assert "different shapes" in c["mismatch"] and "inputs='local'" in c["mismatch"], c["mismatch"]
 
 
 def _case(key: str, world: int, cache: dict) -> dict:

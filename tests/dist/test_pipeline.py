@@ -114,7 +114,7 @@ def _case(key: str, world: int, cache: dict) -> dict:
 
 # the user-owned loop on pipelined plans: a weight tied across the two stages (gpt-tiny's
 # embedding and head), interleaved chunks, ZeRO and recompute inside a stage, tp 2 with SP
-LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved"), 4: ("pp2dp2-mixed-zero", "pp2tp2-sp")}
+LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved"), 4: ("pp2dp2-mixed-zero", "pp2tp2-sp", "local-pp2dp2-mixed-zero")}
 
 
 def _loop_case(key: str, world: int, cache: dict) -> dict:
@@ -122,13 +122,15 @@ def _loop_case(key: str, world: int, cache: dict) -> dict:
 
     from galvatron_fx.runtime.pipeline import PipelineModule
 
+    local = key.startswith("local-")
+    key = key.removeprefix("local-")
     name, gbs, m, schedule, bounds, spec = CASES[world][key]
     if (name, gbs // m) not in cache:
         cache[(name, gbs // m)] = build(name, gbs // m)
     model, mg, _ = cache[(name, gbs // m)]
     plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key, pp=2, boundaries=bounds, schedule=schedule)
     pm = PipelineModule(copy.deepcopy(model), mg, plan)
-    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m)
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, local=local)
 
 
 def _errors_case(world: int, cache: dict) -> dict:

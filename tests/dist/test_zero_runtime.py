@@ -153,7 +153,9 @@ def _case(key: str, world: int, cache: dict) -> dict:
 # on the plans above whose parameters live most differently: plain replicas, FSDP shards, a
 # tied weight in two flavours, tp-sharded local shards beside ZeRO-3 over 2-D meshes
 # ("short-": the same loop as train_step(batch, opt, max_norm=, scheduler=))
-LOOP_CASES = {2: ("ddp", "zero3-m2", "mixed", "short-mixed"), 4: ("zero3-dp2tp2", "mixed-meshes")}
+# ("local-": each rank passes only its data-parallel share, inputs="local")
+LOOP_CASES = {2: ("ddp", "zero3-m2", "mixed", "short-mixed", "local-zero3-m2"),
+              4: ("zero3-dp2tp2", "mixed-meshes", "local-zero3-dp2tp2")}
 
 
 def _loop_case(key: str, world: int, cache: dict) -> dict:
@@ -161,12 +163,12 @@ def _loop_case(key: str, world: int, cache: dict) -> dict:
 
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
-    short = key.startswith("short-")
-    key = key.removeprefix("short-")
+    short, local = key.startswith("short-"), key.startswith("local-")
+    key = key.removeprefix("short-").removeprefix("local-")
     gbs, m, spec = CASES[world][key]
     model, mg = _captured(cache, gbs // m)
     pm = ParallelModule(copy.deepcopy(model), mg, _plan(mg, world, spec, gbs=gbs, m=m, name=key))
-    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, short_form=short)
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, short_form=short, local=local)
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:

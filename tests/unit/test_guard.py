@@ -57,6 +57,16 @@ def test_a_batch_problem_names_the_rank_and_the_input():
     assert "input 'x0' of shape [2, 3] int64 (rank 0: [2, 4] int64)" in msg
 
 
+def test_local_shares_are_compared_by_shape_not_values():
+    """inputs="local": each rank's share holds other samples (no checksum compared), but a share of
+    another shape is a problem naming the local contract."""
+    share = lambda t: guard.batch_signature([t], ["input_ids"], values=False)  # noqa: E731
+    a, b = share(torch.arange(8).reshape(2, 4)), share(torch.arange(8).reshape(2, 4) + 100)
+    assert a == b and guard._batch_problem([a, b], 3, values=False) is None
+    msg = guard._batch_problem([a, share(torch.arange(4).reshape(1, 4))], 3, values=False)
+    assert "different shapes at step 3" in msg and "inputs='local'" in msg and "pm.sampler" in msg
+
+
 @pytest.mark.parametrize("text, peer", [
     ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation to complete", True),
     ("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4783: Connection reset by peer", True),
