@@ -41,6 +41,7 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan, cluster_differences, model_mismatch
 from galvatron_fx.runtime.guard import PLANNING_TIMEOUT, StepGuard, agree, patience, set_timeout
+from galvatron_fx.runtime.local_inputs import check_inputs_mode
 from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
@@ -212,9 +213,7 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
                         "(torchrun --nproc-per-node N train.py) and call torch.distributed.init_process_group "
                         "first; to only inspect a plan, use galvatron_fx.plan(...)")
     set_timeout(timeout)
-    if inputs not in ("global", "local"):
-        raise ConfigError(f"inputs={inputs!r}: use 'global' (every rank passes the whole global batch) or 'local' "
-                          "(each rank passes its data-parallel share: pm.sampler(dataset))")
+    check_inputs_mode(inputs)  # before any work
     if isinstance(example_inputs, Mapping):
         example_kwargs, example_inputs = {**example_inputs, **(example_kwargs or {})}, ()
     with StepGuard().section("compile"):

@@ -75,13 +75,14 @@ def _device(module) -> torch.device:
 
 
 @torch.no_grad()
-def grad_norm(module, norm_type: float = 2.0) -> torch.Tensor:
+def grad_norm(module, norm_type: float = 2.0, grads: list[tuple[torch.Tensor, bool]] | None = None) -> torch.Tensor:
     """The norm of every gradient of ``module`` taken together, as one tensor of all of them
-    would have on one process (a collective: every rank calls it)."""
+    would have on one process (a collective: every rank calls it). ``grads``: :func:`_grads`
+    already listed."""
     p = float(norm_type)
     dev = _device(module)
     part = torch.zeros((), dtype=torch.float64, device=dev)
-    for g, counts in _grads(module):
+    for g, counts in grads if grads is not None else _grads(module):
         if not counts or g.numel() == 0:
             continue
         if math.isinf(p):
@@ -97,13 +98,14 @@ def clip_grad_norm_(module, max_norm: float, norm_type: float = 2.0, error_if_no
     """Scale every gradient of ``module`` so that their global norm is at most ``max_norm``, as
     ``torch.nn.utils.clip_grad_norm_`` does on one process; returns the norm before clipping
     (see the module doc; a collective: every rank calls it, and every rank raises alike)."""
-    total = grad_norm(module, norm_type)
+    grads = _grads(module)
+    total = grad_norm(module, norm_type, grads)
     if error_if_nonfinite and not torch.isfinite(total):
         raise RuntimeError(
             f"The total norm of order {float(norm_type)} for gradients from `parameters` is non-finite, so it "
             "cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, "
             "set `error_if_nonfinite=False`")
     coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
-    for g, _ in _grads(module):
+    for g, _ in grads:
         g.mul_(coef.to(g.device, g.dtype))
     return total

@@ -30,9 +30,16 @@ import torch.distributed as dist
 
 from galvatron_fx.errors import ConfigError
 
-__all__ = ["LocalInputs", "MODES"]
+__all__ = ["LocalInputs", "MODES", "check_inputs_mode"]
 
 MODES = ("global", "local")
+
+
+def check_inputs_mode(mode: str) -> None:
+    """A :class:`ConfigError` saying what to pass where ``mode`` is none of :data:`MODES`."""
+    if mode not in MODES:
+        raise ConfigError(f"inputs={mode!r}: use 'global' (every rank passes the whole global batch) or "
+                          "'local' (each rank passes its data-parallel share: pm.sampler(dataset))")
 
 
 class LocalInputs:
@@ -42,9 +49,7 @@ class LocalInputs:
 
     def set_inputs(self, mode: str) -> None:
         """``"global"`` (every rank passes the whole global batch) or ``"local"`` (its share)."""
-        if mode not in MODES:
-            raise ConfigError(f"inputs={mode!r}: use 'global' (every rank passes the whole global batch) or "
-                              "'local' (each rank passes its data-parallel share: pm.sampler(dataset))")
+        check_inputs_mode(mode)
         self.__dict__["inputs_mode"] = mode
         self.guard.values = mode == "global"
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import make_plan
+from test_parallel_module import MAX_NORM, make_plan
 
 import hf_tiny
 
@@ -212,18 +212,31 @@ def _captured(family: str, pp: int, cache: dict):
     return cache[key]
 
 
-def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
-    import torch
-
-    import galvatron_fx as gfx
+def _module(family: str, spec: str, world: int, cache: dict):
+    """``(model, mg, plan, module)`` of a hand-made plan applying one spec to every layer (two
+    stages for a ``pp2-`` spec)."""
     from galvatron_fx.runtime.parallel_module import ParallelModule
-
     from galvatron_fx.runtime.pipeline import PipelineModule
 
     pp = 2 if spec.startswith("pp2") else 1
     model, mg = _captured(family, pp, cache)
-    spec_of = SPECS if world == 2 else SPECS4
+    layer = (SPECS if world == 2 else SPECS4)[spec]
+    if pp > 1:
+        plan = make_plan(mg, world, layer, gbs=4, m=2, name=f"{family}-{spec}", pp=2,
+                         boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
+        return model, mg, plan, PipelineModule(copy.deepcopy(model), mg, plan)
+    plan = make_plan(mg, world, layer, gbs=4, m=1, name=f"{family}-{spec}")
+    return model, mg, plan, ParallelModule(copy.deepcopy(model), mg, plan)
+
+
+def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
+    import torch
+
+    from galvatron_fx.runtime.parallel_module import ParallelModule
+
+    pp = 2 if spec.startswith("pp2") else 1
     if spec == "mixed":
+        model, mg = _captured(family, pp, cache)
         cycle = SPECS4["mixed"]
         layers = [cycle[i % len(cycle)] for i in range(len(mg.layers))]
         plan = make_plan(mg, world, layers, gbs=4, m=1, name=f"{family}-{spec}")
@@ -231,14 +244,7 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
         res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4))
         return _param_errors(res, pm.state_dict())
-    dp, tp, sp, rc, dpt = spec_of[spec]
-    if pp > 1:
-        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=2, name=f"{family}-{spec}", pp=2,
-                         boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
-        pm = PipelineModule(copy.deepcopy(model), mg, plan)
-    else:
-        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=1, name=f"{family}-{spec}")
-        pm = ParallelModule(copy.deepcopy(model), mg, plan)
+    model, mg, plan, pm = _module(family, spec, world, cache)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=plan.num_microbatches)
     chunks = [pm] if pp == 1 else [c.body for c in pm.chunks]
@@ -254,32 +260,16 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
 
 # (2-D meshes, ZeRO-3 beside tp and offload are covered on gpt-tiny: test_zero_runtime, test_offload_runtime)
 LOOP_CASES = {2: (("llama", "tp2-sp"), ("gpt2", "pp2-1f1b")), 4: ()}
-LOOP_MAX_NORM = 0.05
 
 
 def _loop_case(family: str, spec: str, world: int, cache: dict) -> dict:
-    """A Hugging Face model in the loop its user owns: ``forward_backward`` on the batch as the
-    data loader gives it, ``clip_grad_norm_``, AdamW with weight decay on all but the norms and
-    biases (groups by the original FQNs), a warmup-cosine ``LambdaLR``; five steps that all clip,
-    against the same loop on one process."""
+    """A Hugging Face model in the loop its user owns (:func:`test_parallel_module.compare_user_loop`):
+    ``forward_backward`` on the batch as the data loader gives it, ``clip_grad_norm_``, AdamW with
+    weight decay on all but the norms and biases (by parameter group), a warmup-cosine
+    ``LambdaLR``; five steps that all clip, against the same loop on one process."""
     import torch
 
-    from galvatron_fx.runtime.parallel_module import ParallelModule
-    from galvatron_fx.runtime.pipeline import PipelineModule
-    from test_parallel_module import warmup_cosine
-
-    pp = 2 if spec.startswith("pp2") else 1
-    model, mg = _captured(family, pp, cache)
-    dp, tp, sp, rc, dpt = (SPECS if world == 2 else SPECS4)[spec]
-    if pp > 1:
-        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=2, name=f"{family}-{spec}", pp=2,
-                         boundaries=(0, len(mg.layers) // 2), schedule=spec.split("-")[1])
-        pm = PipelineModule(copy.deepcopy(model), mg, plan)
-    else:
-        plan = make_plan(mg, world, (dp, tp, sp, rc, dpt), gbs=4, m=1, name=f"{family}-{spec}")
-        pm = ParallelModule(copy.deepcopy(model), mg, plan)
-    ref = copy.deepcopy(model)
-    m = plan.num_microbatches
+    from test_parallel_module import compare_user_loop
 
     def adamw(named):
         decay = [p for n, p in named if p.ndim >= 2]
@@ -287,31 +277,12 @@ def _loop_case(family: str, spec: str, world: int, cache: dict) -> dict:
         return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                                  lr=1e-3)
 
-    opt, ref_opt = adamw(list(pm.named_parameters())), adamw(list(ref.named_parameters()))
-    sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
-    res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
-    for i in range(5):
-        b = hf_tiny.batch(family, 4, seed=20 + i)
-        loss = pm.forward_backward(b)
-        norm = pm.clip_grad_norm_(LOOP_MAX_NORM)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        want = 0.0
-        for j in range(m):
-            part = ref(**hf_tiny.micro(b, m, j)).loss
-            (part / m).backward()
-            want += part.item() / m
-        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), LOOP_MAX_NORM)
-        ref_opt.step()
-        ref_sched.step()
-        ref_opt.zero_grad(set_to_none=True)
-        res["loss_rel"].append(abs(float(loss) - want) / abs(want))
-        res["norm_rel"].append(abs(float(norm) - float(ref_norm)) / float(ref_norm))
-        res["ref_norms"].append(float(ref_norm))
-    res["ref_sd"] = ref.state_dict()
-    res["step_s"] = [0.0]
-    return _param_errors(res, pm.state_dict())
+    def micro_losses(ref, b, m):
+        return (ref(**hf_tiny.micro(b, m, j)).loss for j in range(m))
+
+    model, _mg, plan, pm = _module(family, spec, world, cache)
+    batches = [hf_tiny.batch(family, 4, seed=20 + i) for i in range(5)]
+    return compare_user_loop(model, pm, batches, plan.num_microbatches, micro_losses=micro_losses, optimizer=adamw)
 
 
 def _ddp_case(family: str, spec: str, world: int, cache: dict) -> dict:
@@ -664,7 +635,7 @@ def test_hf_models_train_in_the_loop_their_user_owns(request, world, family, spe
     r = assert_ok(request.getfixturevalue(f"results{world}"), f"{family}/loop-{spec}")
     _check(r)
     assert max(r["norm_rel"]) < LOSS_RTOL, r
-    assert min(r["ref_norms"]) > LOOP_MAX_NORM, r
+    assert min(r["ref_norms"]) > MAX_NORM, r
 
 
 @pytest.mark.parametrize("family,spec", CASES[2])

@@ -225,7 +225,20 @@ def warmup_cosine(opt, warmup: int = 2, total: int = LOOP_STEPS):
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 
-def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, local: bool = False) -> dict:
+def _micro_losses(ref, batch, m: int):
+    """The reference model's loss on each of ``m`` micro-batches of a positional batch."""
+    chunks = [x.chunk(m) for x in batch]
+    return (ref(*(c[i] for c in chunks)) for i in range(m))
+
+
+def _adamw(named):
+    import torch
+
+    return torch.optim.AdamW([p for _, p in named], lr=1e-3, weight_decay=0.1)
+
+
+def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, local: bool = False,
+                      micro_losses=_micro_losses, optimizer=_adamw) -> dict:
     """The loop a user owns, against one process: ``pm.forward_backward(batch)``, then
     ``pm.clip_grad_norm_(MAX_NORM)``, AdamW with decoupled weight decay and a warmup-cosine
     ``LambdaLR`` stepped by the loop, ``zero_grad``; the reference runs the same loop on a copy of
@@ -234,14 +247,15 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
     ``short_form``: the same loop as ``pm.train_step(batch, opt, max_norm=, scheduler=)`` (no norm
     to compare). ``local``: ``inputs="local"``, each rank passing only its replica's share of each
     global batch (``pm.data_parallel_rank`` of ``pm.data_parallel_size``); then a step whose shares
-    differ in shape is refused (recorded as ``mismatch``)."""
+    differ in shape is refused (recorded as ``mismatch``). ``micro_losses(ref, batch, m)``: the
+    reference's loss per micro-batch (a Hugging Face batch by name: its ``.loss``);
+    ``optimizer(named_parameters)``: the AdamW both sides step (parameter groups)."""
     import copy
 
     import torch
 
     ref = copy.deepcopy(model)
-    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3, weight_decay=0.1)
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.1)
+    opt, ref_opt = optimizer(list(pm.named_parameters())), optimizer(list(ref.named_parameters()))
     sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
     res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
     if local:
@@ -260,10 +274,8 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-        chunks = [x.chunk(m) for x in whole]
         want = 0.0
-        for i in range(m):
-            part = ref(*(c[i] for c in chunks))
+        for part in micro_losses(ref, whole, m):
             (part / m).backward()
             want += part.item() / m
         ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
@@ -274,7 +286,8 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
         res["norm_rel"].append(0.0 if norm is None else abs(float(norm) - float(ref_norm)) / float(ref_norm))
         res["ref_norms"].append(float(ref_norm))
     sd, ref_sd = pm.state_dict(), ref.state_dict()
-    res["param_err"] = max((sd[n] - v).abs().max().item() for n, v in ref_sd.items())
+    res["param_err"] = max((sd[n] - v).abs().max().item() for n, v in ref_sd.items() if n in sd)
+    res["missing"] = sorted(set(ref_sd) - set(sd))
     res["param_moved"] = max((v - model.state_dict()[n]).abs().max().item() for n, v in ref_sd.items())
     if local:  # one rank's share one sample short: refused on every rank, before any collective hangs
         import torch.distributed as dist
