@@ -70,6 +70,7 @@ from galvatron_fx.passes.lower_program import lower as lower_program
 from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
+from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
@@ -467,8 +468,6 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         """``torch.nn.utils.clip_grad_norm_`` over the single-process model's parameters, whatever
         mesh, shard or host each lives on here (:mod:`~galvatron_fx.runtime.grad_norm`); returns
         the total norm before clipping. Collective: every rank calls it."""
-        from galvatron_fx.runtime.grad_norm import clip_grad_norm_
-
         return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite)
 
     def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer | None, *,
@@ -502,7 +501,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             mesh, (dp_p, _) = layout
             total = carrier.extra_sum / (mesh.size(0) if dp_p.reduce_op == "avg" else 1)
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))
-        _step(self, optimizer, ok, max_norm, scheduler)
+        finish_step(self, optimizer, ok, max_norm, scheduler)
         return total.item() / m
 
     # ---- state ------------------------------------------------------------------------------
@@ -557,7 +556,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         return load_full_state_dict(self, state_dict, strict=strict)
 
 
-def _step(module, optimizer, ok: bool, max_norm: float | None, scheduler) -> None:
+def finish_step(module, optimizer, ok: bool, max_norm: float | None, scheduler) -> None:
     """The end of a step after the gradient sync: clip, step and zero (``optimizer`` None:
     :meth:`ParallelModule.forward_backward`, which leaves the gradients, none after an fp16
     overflow ``ok`` False)."""

@@ -58,7 +58,8 @@ from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
-from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
+from galvatron_fx.runtime.grad_norm import clip_grad_norm_
+from galvatron_fx.runtime.parallel_module import ParallelModule, device_type, finish_step
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.weights import WeightsOut
@@ -392,14 +393,10 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
         """:meth:`ParallelModule.clip_grad_norm_` over every stage's parameters (collective)."""
-        from galvatron_fx.runtime.grad_norm import clip_grad_norm_
-
         return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite)
 
     def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
                     scheduler=None) -> float:
-        from galvatron_fx.runtime.parallel_module import _step
-
         losses: list[torch.Tensor] = []
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
             self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
@@ -408,7 +405,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
         self.sync_grads()
         scale = self.scaler.scale if self.scaler is not None else 1.0
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))  # fp16: skip on overflow
-        _step(self, optimizer, ok, max_norm, scheduler)
+        finish_step(self, optimizer, ok, max_norm, scheduler)
         return self._mean_loss(losses) / scale
 
     @torch.no_grad()
