@@ -12,7 +12,10 @@ Run under ``torchrun --standalone --nproc-per-node 4 examples/train.py`` (gloo; 
    ``tests/dist/test_pipeline.py``, ``tests/dist/test_hf_models.py``).
    Planning happens on rank 0; the plan is broadcast;
 3. train ``--steps`` AdamW steps on a small fixed synthetic dataset (token sequences that repeat
-   with a short period, so the loss falls visibly) with a progress bar on stderr;
+   with a short period, so the loss falls visibly) with a progress bar on stderr, as a recipe
+   does: warmup then cosine (``LambdaLR``), weight decay on all but biases and norms (parameter
+   groups by ``pm.named_parameters()``), gradients clipped to a global norm of 1, and the loss of a
+   held-out batch evaluated before, halfway and after (``pm(batch)`` under ``torch.no_grad()``);
 4. measure: median wall time of ``train_step`` after warm-up, and the peak of tensor memory of
    one step per rank (``torch.distributed._tools.mem_tracker.MemTracker``), gathered to rank 0;
 5. close the loop: the ``OBSERVE_STEPS`` steps after the memory step are observed (per-layer
@@ -44,11 +47,14 @@ import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.host import default_cache_dir, local_fingerprint
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.train_recipe import lr_at, param_groups
 
 MiB = 2**20
 WARMUP_STEPS = 3  # steps left out of the timing median (first-call overheads)
 OBSERVE_STEPS = 8  # steps observed (per-layer times) before the closed loop refits
 HELD_OUT = 8  # steps after the refit timed against its prediction, before the re-plan
+MAX_NORM = 1.0  # the global gradient norm the steps clip to
+WEIGHT_DECAY = 0.1
 
 
 def _batch(text: str) -> int | str:
@@ -207,14 +213,20 @@ def make_plan(model, inputs, cluster, args) -> tuple[ParallelPlan, dict]:
 
 # ---- 4. memory ----------------------------------------------------------------------------------
 
-def tracked_step(pm, batch, opt) -> tuple[float, int, dict[str, int]]:
+def evaluate(pm, batch) -> float:
+    """The model's loss on ``batch`` without gradients (every rank)."""
+    with torch.no_grad():
+        return float(pm(batch))
+
+
+def tracked_step(pm, batch, opt, sched) -> tuple[float, int, dict[str, int]]:
     """One train_step under MemTracker: (loss, peak bytes, peak breakdown by kind) on this rank."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
     tracker.track_external(pm, opt, *batch)
     with tracker:
-        loss = pm.train_step(batch, opt)
+        loss = pm.train_step(batch, opt, max_norm=MAX_NORM, scheduler=sched)
     snap = tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {})
     kinds = {str(getattr(k, "value", k)): int(v) for k, v in snap.items()}
     return loss, kinds.get("Total", 0), {k: v for k, v in kinds.items() if k != "Total"}
@@ -289,11 +301,20 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         pm = gfx.compile(model, cluster, inputs, global_batch_size=plan.global_batch_size, plan=plan)
         t_compile = time.perf_counter() - t0
-        opt = torch.optim.AdamW(pm.parameters(), lr=args.lr)
+        # a recipe's loop: weight decay on matrices only (groups by the model's own names),
+        # warmup then cosine, gradients clipped to a global norm, a held-out validation batch
+        opt = torch.optim.AdamW(param_groups(pm.named_parameters(), WEIGHT_DECAY), lr=args.lr)
+        warmup = min(WARMUP_STEPS, args.steps - 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, lr=1.0, steps=args.steps, warmup=warmup,
+                                                                       schedule="cosine", min_lr=0.1))
         vocab = model.config.vocab_size
         data = synthetic_batches(4, plan.global_batch_size, args.seq_len, vocab)
+        val = synthetic_batches(1, plan.global_batch_size, args.seq_len, vocab, seed=1)[0]
         say(f"built the parallel module in {t_compile:.1f} s; training on {len(data)} fixed synthetic batches "
-            f"(repeating motifs), AdamW lr {args.lr}")
+            f"(repeating motifs): AdamW lr {args.lr} with {warmup} warmup steps then cosine to {args.lr / 10:g}, "
+            f"weight decay {WEIGHT_DECAY} (none on biases and norms), gradients clipped to norm {MAX_NORM}; "
+            f"val loss on a held-out batch")
+        val_losses = [(0, evaluate(pm, val))]
         mem_step = min(WARMUP_STEPS, args.steps - 1)  # the step measured for memory (not timed)
         # the closed loop: observe the steps after it, refit the cost model, re-plan if that pays
         loop_at = mem_step + 1 + OBSERVE_STEPS if args.steps >= mem_step + 1 + OBSERVE_STEPS + HELD_OUT + 3 else None
@@ -311,10 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             if step == loop_at + HELD_OUT:
                 replanned = replan(pm, opt, fit)
             if step == mem_step:
-                loss, peak_bytes, peak_kinds = tracked_step(pm, batch, opt)
+                loss, peak_bytes, peak_kinds = tracked_step(pm, batch, opt, sched)
             else:
                 t0 = time.perf_counter()
-                loss = pm.train_step(batch, opt)
+                loss = pm.train_step(batch, opt, max_norm=MAX_NORM, scheduler=sched)
                 if step >= WARMUP_STEPS and (loop_at is None or step < loop_at):
                     times.append(time.perf_counter() - t0)
                 elif loop_at is not None and step < loop_at + HELD_OUT:
@@ -325,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"step {step}: loss is {loss}")
             losses.append(loss)
             bar.update(step + 1, loss)
+            if step + 1 == args.steps // 2:
+                val_losses.append((step + 1, evaluate(pm, val)))
+        val_losses.append((args.steps, evaluate(pm, val)))
         t_train = time.perf_counter() - t_train0
         if not times:  # very short runs: time what there is
             times = [t_train / args.steps]
@@ -361,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
                              # the plan's model FLOPs over the measured step and the plan's peak
                              "mfu": plan.predicted.model_flops / meas_step / plan.predicted.peak_flops
                              if plan.predicted.model_flops and plan.predicted.peak_flops else None},
-                "loss": {"first": losses[0], "last": losses[-1], "curve": losses},
+                "loss": {"first": losses[0], "last": losses[-1], "curve": losses,
+                         "val": [{"step": k, "loss": v} for k, v in val_losses]},
+                "recipe": {"lr": args.lr, "warmup_steps": warmup, "schedule": "cosine", "min_lr": args.lr / 10,
+                           "weight_decay": WEIGHT_DECAY, "max_norm": MAX_NORM},
                 **({"refit": {**fit.to_dict(), "held_out_step_s": max(r["held_out_step_s"] for r in per_rank),
                               "switched": replanned.switched, "reason": replanned.reason,
                               "new_predicted_s": replanned.new_predicted_s,
@@ -385,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
             for r in per_rank:
                 say(f"  rank {r['rank']}:  {r['median_step_s'] * 1e3:8.1f}        "
                     f"{mib(r['peak_memory_bytes'])} / {mib(pred_peak)}")
-            say(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {args.steps} steps; "
+            say(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {args.steps} steps, val loss "
+                + " -> ".join(f"{v:.3f}" for _, v in val_losses) + " (held-out batch, steps "
+                + ", ".join(str(k) for k, _ in val_losses) + "); "
                 f"wrote {out / 'plan.json'}, {out / 'report.json'}, {out / 'report.md'}, {out / 'report.html'}")
             if fit is not None:
                 held_s = max(r["held_out_step_s"] for r in per_rank)
@@ -418,7 +447,11 @@ def report_md(r: dict) -> str:
         f"- memory budget {mib(r['plan']['budget_bytes'])} per rank "
         f"({r['plan']['budget_fraction']:.0%} of the unconstrained plan's "
         f"{mib(r['plan']['unconstrained']['peak_memory_bytes'])})",
-        f"- loss {r['loss']['first']:.3f} → {r['loss']['last']:.3f}",
+        f"- loss {r['loss']['first']:.3f} → {r['loss']['last']:.3f}; val loss (held-out batch) "
+        + " → ".join(f"{v['loss']:.3f} (step {v['step']})" for v in r["loss"].get("val", [])),
+        f"- recipe: AdamW lr {r['recipe']['lr']:g}, {r['recipe']['warmup_steps']} warmup steps then cosine to "
+        f"{r['recipe']['min_lr']:g}, weight decay {r['recipe']['weight_decay']} (none on biases and norms), "
+        f"gradients clipped to norm {r['recipe']['max_norm']}",
         "",
         "## Plan",
         "",

@@ -413,6 +413,7 @@ class _Parallel:
         plan = _runnable(plan, world, gbs)
         check_same_plan(plan)
         self.pm = ParallelModule(shell, mg, plan)
+        self.pm.sync_on_backward = False  # the user's own parameters take the gradients (_ReadShard)
         self.plan = plan
         buffers = dict(shell.named_buffers())
         self._buffers = [(i, fqn) for i, fqn in self.sig.state if fqn in buffers and fqn in self.pm._buffers_full]

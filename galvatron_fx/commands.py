@@ -171,8 +171,15 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="RUN.toml",
                    help="a TOML run config (keys: the flags' names); flags given here override its keys")
     add_model(p, optional=True)
-    p.add_argument("--data", default=None, metavar="MODULE:FUNCTION",
-                   help="FUNCTION(step=, batch_size=, seq_len=) returning a batch (default: the example batch)")
+    p.add_argument("--data", default=None, metavar="TOKENS.bin|MODULE:FUNCTION",
+                   help="a flat file of token ids (uint16/uint32, nanoGPT's train.bin; its last --val-fraction is "
+                   "the validation split), or FUNCTION(step=, batch_size=, seq_len=) returning a batch (default: "
+                   "the example batch)")
+    p.add_argument("--data-dtype", choices=("uint16", "uint32"), default=None, help="the token file's ids (default uint16)")
+    p.add_argument("--val-fraction", type=float, default=None, help="the token file's share held out (default 0.1)")
+    p.add_argument("--init", default=None, metavar="hf:DIR",
+                   help="start from a save_pretrained directory's weights (safetensors; its config.json is the "
+                   "model unless --hf-config is given)")
     p.add_argument("--cluster", default=None, help="local-cpu (default), a preset or a cluster JSON")
     p.add_argument("--nodes", type=int, default=None,
                    help="number of nodes of a preset, or of local-cpu (default: the agents torchrun started)")
@@ -182,6 +189,17 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default 20)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default=None, help="optimizer (default adamw)")
+    p.add_argument("--warmup", type=int, default=None, help="steps of linear learning-rate warmup (default 0)")
+    p.add_argument("--schedule", choices=("cosine", "linear", "constant"), default=None,
+                   help="learning rate after warmup, down to --min-lr at the last step (default constant)")
+    p.add_argument("--min-lr", type=float, default=None, help="the schedule's last learning rate (default 0)")
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="decoupled weight decay on matrices, none on biases and norms (default 0)")
+    p.add_argument("--max-norm", type=float, default=None, help="clip gradients to this global norm (default: no clip)")
+    p.add_argument("--log-every", type=int, default=None, help="print a line every N steps on rank 0 (default 10)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="validation loss every N steps and at the end (default 0: never)")
+    p.add_argument("--eval-batches", type=int, default=None, help="validation batches per evaluation (default 2)")
     p.add_argument("--seed", type=int, default=None, help="seed of the model's initialisation (default 0)")
     p.add_argument("--out", type=Path, default=None, help="where metrics.jsonl, plan.json, report.json go "
                    "(default runs/train)")

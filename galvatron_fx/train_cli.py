@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -48,10 +50,15 @@ FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
     "reduce_dtypes": (list, None), "powersgd_ranks": (list, None), "offload": (str, None), "host_memory": ((int, float), None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
+    "warmup": (int, 0), "schedule": (str, "constant"), "min_lr": ((int, float), 0.0),
+    "weight_decay": ((int, float), 0.0), "max_norm": ((int, float), None),
+    "log_every": (int, 10), "eval_every": (int, 0), "eval_batches": (int, 2),
+    "data_dtype": (str, "uint16"), "val_fraction": ((int, float), 0.1), "init": (str, None),
     "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
     "efficiency_every": (int, 10),
 }
 _PATHS = ("hf_config", "plan", "out", "checkpoint_dir")
+_IMPORTABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # data = "module:function" (else a token file)
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -80,6 +87,10 @@ def load_run_config(path: str | os.PathLike) -> dict[str, Any]:
             raise ConfigError(f"run config {path}: {key} should be a list of integers, e.g. [1, 2]")
         if key in _PATHS and not Path(value).is_absolute():
             data[key] = str(path.parent / value)
+        if key == "data" and not _IMPORTABLE.fullmatch(value) and not Path(value).is_absolute():
+            data[key] = str(path.parent / value)  # a token file, beside the config
+        if key == "init" and value.startswith("hf:") and not Path(value[3:]).is_absolute():
+            data[key] = "hf:" + str(path.parent / value[3:])
     return data
 
 
@@ -99,7 +110,38 @@ def resolve_run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"offload {run['offload']!r}: choose one of {', '.join(OFFLOAD_CHOICES)}")
     if run["steps"] < 1:
         raise ConfigError(f"steps must be >= 1, got {run['steps']}")
+    _check_recipe(run)
     return run
+
+
+def _check_recipe(run: dict[str, Any]) -> None:
+    """The schedule, clipping, logging and evaluation keys, refused with what to give instead."""
+    from galvatron_fx.train_recipe import SCHEDULES, TOKEN_DTYPES
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key} = {run[key]!r}: give {what}")
+
+    finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
+    need(finite(run["lr"]) and run["lr"] > 0, "lr", "a positive learning rate, e.g. 3e-4")
+    need(finite(run["min_lr"]) and 0 <= run["min_lr"] <= run["lr"], "min_lr", "a learning rate in [0, lr]")
+    need(finite(run["weight_decay"]) and run["weight_decay"] >= 0, "weight_decay", "a decay >= 0, e.g. 0.1")
+    need(run["max_norm"] is None or finite(run["max_norm"]) and run["max_norm"] > 0, "max_norm",
+         "a positive gradient norm, e.g. 1.0 (leave it out to not clip)")
+    need(run["schedule"] in SCHEDULES, "schedule", f"one of {', '.join(SCHEDULES)}")
+    need(0 <= run["warmup"] < run["steps"], "warmup", f"fewer steps than steps = {run['steps']}")
+    need(run["log_every"] >= 1, "log_every", "a number of steps >= 1")
+    need(run["eval_every"] >= 0, "eval_every", "a number of steps >= 0 (0: no evaluation)")
+    need(run["eval_batches"] >= 1, "eval_batches", "a number of batches >= 1")
+    need(run["checkpoint_every"] >= 0, "checkpoint_every", "a number of steps >= 0 (0: only at the end)")
+    need(run["efficiency_every"] >= 0, "efficiency_every", "a number of steps >= 0 (0: never)")
+    need(run["data_dtype"] in TOKEN_DTYPES, "data_dtype", f"one of {', '.join(TOKEN_DTYPES)}")
+    need(finite(run["val_fraction"]) and 0 <= run["val_fraction"] < 1, "val_fraction", "a fraction in [0, 1)")
+    need(run["init"] is None or run["init"].startswith("hf:") and len(run["init"]) > 3, "init",
+         "hf:DIR, a save_pretrained directory")
+    if run["eval_every"] and not run["data"]:
+        raise ConfigError("eval_every needs data to hold a validation split out of: give data = a token file, or "
+                          "a data function that takes split='val'")
 
 
 def _init_group():
@@ -155,6 +197,64 @@ def _importable(spec: str, what: str):
         raise ConfigError(f"{what} {spec!r}: cannot import {func or '?'} from {module_name} ({e})") from None
 
 
+def _data(run: dict, example, model):
+    """``(train(step) -> batch, val(i) -> batch or None, what)``: from a token file, a data
+    function, or the example batch."""
+    from galvatron_fx.train_recipe import TokenFile, vocab_size
+
+    if not run["data"]:
+        return (lambda step: example), None, "the example batch (a smoke run: give data = a token file)"
+    if _IMPORTABLE.fullmatch(run["data"]) and not Path(run["data"]).exists():
+        fn = _importable(run["data"], "data")
+        seq = run["seq"]
+        takes_split = "split" in _parameters(fn)
+        if run["eval_every"] and not takes_split:
+            raise ConfigError(f"eval_every needs validation batches, but data {run['data']!r} takes no split=; "
+                              "accept split='train'|'val', or give a token file")
+        train = (lambda step: fn(step=step, batch_size=_batch_of(example), seq_len=seq, split="train")) if takes_split \
+            else (lambda step: fn(step=step, batch_size=_batch_of(example), seq_len=seq))
+        val = (lambda i: fn(step=i, batch_size=_batch_of(example), seq_len=seq, split="val")) if takes_split else None
+        return train, val, run["data"]
+    tokens = TokenFile(run["data"], dtype=run["data_dtype"], val_fraction=run["val_fraction"], seed=run["seed"])
+    layout = TokenFile.layout(example)
+    first = _tensors(example)[0]
+    b, t = int(first.shape[0]), int(first.shape[1])
+    vocab = vocab_size(model)
+
+    def train(step: int):
+        return TokenFile.fill(tokens.train_batch(step, b, t), layout, example, vocab, f"data {tokens.path}")
+
+    def val(i: int):
+        return TokenFile.fill(tokens.val_batch(i, b, t), layout, example, vocab, f"data {tokens.path}")
+
+    if run["eval_every"] and not tokens.has_val:
+        raise ConfigError(f"eval_every needs a validation split, but val_fraction = {run['val_fraction']} holds "
+                          f"none of {tokens.path}; give val_fraction > 0")
+    return train, (val if tokens.has_val else None), (
+        f"{tokens.path} ({len(tokens.tokens):,} tokens, {len(tokens.tokens) - tokens.split:,} held out)")
+
+
+def _parameters(fn) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _batch_of(example) -> int:
+    return int(_tensors(example)[0].shape[0])
+
+
+def _evaluate(pm, val, batches: int) -> float:
+    """The mean loss of ``batches`` validation batches (no gradients; every rank)."""
+    import torch
+
+    with torch.no_grad():
+        return sum(float(pm(val(i))) for i in range(batches)) / batches
+
+
 def run_cli(args: argparse.Namespace) -> int:
     import torch
 
@@ -165,9 +265,12 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx.runtime import efficiency
     from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
+    from galvatron_fx.train_recipe import format_line, init_from_hf, lr_at, param_groups, tensorboard_writer
 
     run = resolve_run(args)
-    source = model_source.resolve(zoo_name=run["model"], hf_config=run["hf_config"], factory=run["factory"])
+    init_dir = run["init"][3:] if run["init"] else None
+    hf_config = run["hf_config"] or (init_dir if init_dir and not run["model"] and not run["factory"] else None)
+    source = model_source.resolve(zoo_name=run["model"], hf_config=hf_config, factory=run["factory"])
     dist = _init_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     on_gpu = torch.cuda.is_available()
@@ -177,8 +280,11 @@ def run_cli(args: argparse.Namespace) -> int:
     batch = wanted if isinstance(wanted, int) else 2 * world
     torch.manual_seed(run["seed"])
     model, inputs, kwargs = model_source.build(source, batch_size=batch, seq_len=run["seq"], device=device)
+    if init_dir:
+        copied = init_from_hf(model, init_dir)
+        if rank == 0:
+            print(f"initialised {copied} tensors from {init_dir}", file=sys.stderr)
     example = kwargs if kwargs else inputs
-    data = _importable(run["data"], "data") if run["data"] else None
     space = SearchSpace(tp=tuple(run["tp"]) if run["tp"] else None, max_tp=run["max_tp"],
                         pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"],
                         reduce_dtypes=tuple(run["reduce_dtypes"] or ("float32",)),
@@ -193,13 +299,23 @@ def run_cli(args: argparse.Namespace) -> int:
         batch = pm.global_batch_size
         inputs, kwargs = _resized(tuple(inputs), dict(kwargs or {}), batch)
         example = kwargs if kwargs else inputs
+    train_batch, val_batch, data_what = _data(run, example, model)
     out = Path(run["out"])
+    steps = run["steps"]
+    recipe = dict(lr=run["lr"], steps=steps, warmup=run["warmup"], schedule=run["schedule"], min_lr=run["min_lr"])
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
-        print(f"training {source.name} for {run['steps']} steps on {world} processes, global batch {batch} in "
-              f"{plan.num_microbatches} micro-batch(es); metrics in {out / 'metrics.jsonl'}", file=sys.stderr)
-    opt = (torch.optim.AdamW if run["optimizer"] == "adamw" else torch.optim.SGD)(pm.parameters(), lr=run["lr"])
+        clip = f"clipped to norm {run['max_norm']}" if run["max_norm"] else "no clipping"
+        print(f"training {source.name} for {steps} steps on {world} processes, global batch {batch} in "
+              f"{plan.num_microbatches} micro-batch(es), data: {data_what}\n  {run['optimizer']} lr {run['lr']:g} "
+              f"({run['warmup']} warmup steps, then {run['schedule']} to {run['min_lr']:g}), weight decay "
+              f"{run['weight_decay']:g} (none on biases and norms), {clip}"
+              + (f", val loss every {run['eval_every']} steps" if run["eval_every"] else "")
+              + f"; a line every {run['log_every']} steps, metrics in {out / 'metrics.jsonl'}", file=sys.stderr)
+    groups = param_groups(pm.named_parameters(), run["weight_decay"])
+    opt = torch.optim.AdamW(groups, lr=run["lr"]) if run["optimizer"] == "adamw" else \
+        torch.optim.SGD(groups, lr=run["lr"])
     start = 0
     ckpt = run["checkpoint_dir"]
     if ckpt and (Path(ckpt) / "manifest.json").exists():
@@ -207,7 +323,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
         start = int(checkpoint.load(pm, opt, ckpt).step or 0)
         if rank == 0:
-            print(f"resumed from {ckpt} at step {start}", file=sys.stderr)
+            print(f"resumed from {ckpt} at step {start}\n  the schedule goes on from there: learning rate "
+                  f"{lr_at(start, **recipe):.3g}", file=sys.stderr)
     tokens = _tokens(example)
     peak_flops = plan.predicted.peak_flops or cluster.device(0).flops(Precision.named(plan.precision).compute_dtype) * world
     flops_step = plan.predicted.model_flops
@@ -221,43 +338,72 @@ def run_cli(args: argparse.Namespace) -> int:
     times: list[float] = []  # the steps run as they are (slowed: the profiled ones)
     slowed: list[float] = []
     metrics = (out / "metrics.jsonl").open("a") if rank == 0 else None
+    board = tensorboard_writer(out / "tensorboard") if rank == 0 else None
+    max_norm = run["max_norm"]
+
+    def step_fn(b):
+        loss = pm.forward_backward(b)
+        norm = pm.clip_grad_norm_(max_norm if max_norm else math.inf)  # (the norm is logged either way)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss), float(norm)
+
+    def record(rec: dict) -> None:
+        if metrics is None:
+            return
+        metrics.write(json.dumps(rec) + "\n")
+        metrics.flush()
+        if board is not None:
+            for k, v in rec.items():
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    board.add_scalar(k, v, rec["step"])
+
     try:
-        for step in range(start, run["steps"]):
-            b = data(step=step, batch_size=batch, seq_len=run["seq"]) if data else example
+        for step in range(start, steps):
+            lr = lr_at(step, **recipe)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            b = train_batch(step)
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats()
             density = None
             k = step - start
             if every and k >= 2 and (k - 2) % every == 0:  # after two warm-up steps, then every `every`
-                loss, busy, dt = efficiency.profiled(lambda: pm.train_step(b, opt))
+                (loss, norm), busy, dt = efficiency.profiled(lambda: step_fn(b))
                 density = efficiency.stage_density(busy / dt, plan.stage_ranks)
                 densities += [density] if density else []
                 slowed.append(dt)
             else:
                 t0 = time.perf_counter()
-                loss = pm.train_step(b, opt)
+                loss, norm = step_fn(b)
                 if on_gpu:
                     torch.cuda.synchronize()
                 dt = time.perf_counter() - t0
                 times.append(dt)
             mem = torch.cuda.max_memory_allocated() if on_gpu else None
-            if metrics is not None:
-                metrics.write(json.dumps({"step": step + 1, "loss": loss, "tokens_per_s": tokens / dt, "step_s": dt,
-                                          "memory_bytes": mem,
-                                          "mfu": flops_step / dt / peak_flops if flops_step else None,
-                                          "compute_density": density, "profiled": density is not None}) + "\n")
-                metrics.flush()
+            rec = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_s": tokens / dt,
+                   "step_s": dt, "memory_bytes": mem, "mfu": flops_step / dt / peak_flops if flops_step else None,
+                   "compute_density": density, "profiled": density is not None}
+            if val_batch is not None and run["eval_every"] and ((step + 1) % run["eval_every"] == 0 or step + 1 == steps):
+                rec["val_loss"] = _evaluate(pm, val_batch, run["eval_batches"])
+            if not math.isfinite(loss):
+                raise RuntimeError(f"step {step + 1}: the loss is {loss}; lower lr (now {lr:.3g}) or give max_norm")
+            record(rec)
+            if rank == 0 and ((step + 1) % run["log_every"] == 0 or step + 1 == steps or "val_loss" in rec):
+                print(format_line(rec, steps), file=sys.stderr, flush=True)
             if ckpt and run["checkpoint_every"] and (step + 1) % run["checkpoint_every"] == 0:
                 _save(pm, opt, ckpt, step + 1)
     finally:
         if metrics is not None:
             metrics.close()
+        if board is not None:
+            board.close()
     if ckpt:
-        _save(pm, opt, ckpt, run["steps"])
+        _save(pm, opt, ckpt, steps)
     if rank == 0 and (times or slowed):
         measured = statistics.median(times[min(3, len(times) - 1):] or slowed)
         p = plan.predicted
-        report = {"model": source.name, "world_size": world, "steps": run["steps"],
+        report = {"model": source.name, "world_size": world, "steps": steps,
                   "predicted": {"step_time_s": p.step_time_s, "peak_memory_bytes": max(p.peak_memory_bytes),
                                 "mfu": p.mfu, "compute_density": list(p.compute_density) or None},
                   "measured": {"step_time_s": measured, "timed_steps": len(times[min(3, len(times) - 1):]),

@@ -328,6 +328,8 @@ def move_state(old: nn.Module, new: nn.Module, optimizer: torch.optim.Optimizer 
     optimizer.state.clear()
     for g, ps in zip(optimizer.param_groups, groups):
         g["params"] = ps
+        if "param_names" in g:  # an optimizer built over pm.named_parameters(): the FQNs, in order
+            g["param_names"] = [by_param[id(p)].fqn for p in ps]
     for p in params:
         s = by_param[id(p)]
         saved = states.get(s.fqn)

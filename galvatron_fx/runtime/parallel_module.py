@@ -60,7 +60,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 
-from galvatron_fx.errors import PlanError
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
@@ -73,6 +73,7 @@ from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
+from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
@@ -165,7 +166,7 @@ def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Te
     return full, aliases
 
 
-class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, nn.Module):
+class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, UserLoop, nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,
@@ -349,9 +350,17 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         return full
 
     def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
-        """Loss of one micro-batch (full user inputs, identical on every rank, at the captured
-        shape; positional and keyword as the model was captured, or one mapping of names to
-        tensors) as a plain tensor, the same on every rank.
+        """The mean loss of a batch as a plain tensor, the same on every rank: one micro-batch (at
+        the captured shape) or the whole global batch (its ``num_microbatches`` micro-batches run
+        one after another, every one's activations kept for backward); full inputs identical on
+        every rank, or each rank's data-parallel share with ``inputs="local"``; positional and
+        keyword as the model was captured, or the batch as one value (a mapping of names to tensors, or
+        a sequence in the model's positional order).
+
+        ``loss.backward()`` then leaves every gradient synced, as under
+        ``DistributedDataParallel`` (the sync runs when backward ends; inside :meth:`no_sync` the
+        gradients accumulate instead). :meth:`forward_backward` runs the same step at the plan's
+        memory (one micro-batch's activations at a time) and overlaps the sync with backward.
 
         The loss layer's mean over a batch-sharded input comes out ``Partial`` on dp (each
         rank's sum over the global count of targets, :mod:`~galvatron_fx.vocab_parallel`; a
@@ -359,11 +368,27 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
         is the gradient of that mean.
         """
-        inputs = self.mg.bind_inputs(inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], dict)
-                                     else inputs, kwargs)
-        self._check_inputs(inputs)
-        loss = self._loss(inputs)
-        return loss.full_tensor() if isinstance(loss, DTensor) else loss
+        one = len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple))  # a batch as one value
+        inputs = self.mg.bind_inputs(inputs[0] if one else inputs, kwargs)
+        if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
+            with self.guard.section("forward", (inputs, self.mg.input_names), check=True):
+                inputs = self._global_inputs(inputs)
+        m = self.num_microbatches
+        whole = [tuple(s) for s in self.mg.example_shapes]
+        if m > 1 and whole and [tuple(x.shape) for x in inputs] == [(s[0] * m,) + s[1:] if s else s for s in whole]:
+            chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in inputs]
+            losses = []
+            for i in range(m):
+                loss = self._loss([c[i] for c in chunks])
+                losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
+            loss = torch.stack(losses).mean()
+        else:
+            self._check_inputs(inputs)
+            loss = self._loss(inputs)
+            loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        if torch.is_grad_enabled() and loss.requires_grad and self.sync_on_backward:
+            loss = SyncOnBackward.apply(loss, self)
+        return loss
 
     def forward_all(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The loss of one micro-batch (as :meth:`forward`) and the model's other outputs
@@ -382,8 +407,8 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         got = [tuple(x.shape) for x in inputs]
         if len(inputs) != len(names) or (shapes and got != shapes):
             raise ValueError(f"expected inputs ({', '.join(names)}) of shapes {shapes} (one micro-batch of "
-                             f"{self.plan.global_batch_size} / {self.plan.num_microbatches} samples), got {got}; "
-                             "use train_step for a whole global batch")
+                             f"{self.plan.global_batch_size} / {self.plan.num_microbatches} samples) or the whole "
+                             f"global batch of {self.plan.global_batch_size} samples, got {got}")
 
     def _loss(self, inputs: Sequence[torch.Tensor], *, wrap: bool = True):
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
@@ -473,6 +498,10 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
     def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer | None, *,
                     max_norm: float | None = None, scheduler=None) -> float:
         m = self.num_microbatches
+        sync = self.syncing  # False inside no_sync(): the gradients accumulate, unsynced and scaled
+        if not sync and optimizer is not None:
+            raise ConfigError("train_step steps the optimizer, so it cannot run inside no_sync(): accumulate "
+                              "with pm.forward_backward(batch) there, then step after the last one outside")
         chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
         if any(len(c) != m for c in chunks):
             raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
@@ -489,13 +518,16 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
                 # loss (a value only: backward starts from the partial loss, whose own backward is
                 # a local step) is summed with the last gradient bucket, or else reduced while
                 # backward runs
-                carrier = self._loss_carrier(layout)
+                carrier = self._loss_carrier(layout) if sync else None
                 if carrier is None:
                     total = self._reduce_async(total, layout)
-                for bucketer in self._bucketers.values():
-                    bucketer.arm(extra=total if bucketer is carrier else None)
+                if sync:
+                    for bucketer in self._bucketers.values():
+                        bucketer.arm(extra=total if bucketer is carrier else None)
             scale = self.scaler.scale if self.scaler is not None else 1.0
             (local * (scale / m)).backward()
+        if not sync:
+            return total.item() / m
         self.sync_grads()
         if carrier is not None:
             mesh, (dp_p, _) = layout

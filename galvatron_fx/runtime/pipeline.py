@@ -52,12 +52,13 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from galvatron_fx.errors import PlanError
+from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
+from galvatron_fx.runtime.user_loop import UserLoop
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type, finish_step
 from galvatron_fx.runtime.precision import LossScaler
@@ -157,7 +158,7 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
+class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
@@ -363,8 +364,30 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
         return out
 
     # ---- training ---------------------------------------------------------------------------
-    def forward(self, *inputs):
-        raise PlanError("a pipelined module runs whole steps: call train_step(batch, optimizer)")
+    def forward(self, *inputs, **kwargs) -> torch.Tensor:
+        """Evaluation, under ``torch.no_grad()``: the mean loss of a whole global batch (as
+        :meth:`train_step` takes it; each rank's share with ``inputs="local"``) through the
+        schedule's forward only, on every rank. With gradients on it is refused: a pipeline's
+        backward runs inside its schedule (:meth:`forward_backward`)."""
+        if torch.is_grad_enabled():
+            raise PlanError("a pipelined plan runs whole steps through its schedule, so pm(batch).backward() cannot "
+                            "drive it: call loss = pm.forward_backward(batch) (then clip, step and zero_grad "
+                            "yourself) or pm.train_step(batch, optimizer); or plan without pipeline stages "
+                            "(search={'pp': (1,)}) to keep a loss.backward() loop. Under torch.no_grad(), "
+                            "pm(batch) evaluates the batch's loss")
+        batch = inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple)) else inputs
+        args = tuple(self.mg.bind_inputs(batch, kwargs))
+        if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
+            with self.guard.section("forward", (args, self.mg.input_names), check=True):
+                args = tuple(self._global_inputs(args))
+        args = args if self._first else ()
+        losses: list[torch.Tensor] = []
+        if self._last is not None:
+            self.schedule.eval(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
+        else:
+            self.schedule.eval(*args)
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        return torch.tensor(self._mean_loss(losses) / scale)
 
     def train_step(self, batch, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
                    scheduler=None) -> float:
@@ -397,11 +420,17 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, nn.Module):
 
     def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
                     scheduler=None) -> float:
+        if not self.syncing and optimizer is not None:
+            raise ConfigError("train_step steps the optimizer, so it cannot run inside no_sync(): accumulate "
+                              "with pm.forward_backward(batch) there, then step after the last one outside")
         losses: list[torch.Tensor] = []
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
             self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
         else:
             self.schedule.step(*args)
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        if not self.syncing:  # inside no_sync(): the gradients accumulate, unsynced and scaled
+            return self._mean_loss(losses) / scale
         self.sync_grads()
         scale = self.scaler.scale if self.scaler is not None else 1.0
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))  # fp16: skip on overflow

@@ -128,7 +128,7 @@ def _wrong_link(adapt: bool) -> dict:
     pm = gfx.compile(copy.deepcopy(model), wrong, inputs, global_batch_size=8,
                      adapt={"warmup": warmup, "steps": observe, "threshold": 0.0} if adapt else False)
     first = pm.plan
-    opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(pm.named_parameters(), lr=1e-3)  # (by name: replan keeps the names right)
     losses, res = [], {}
     steps = warmup + observe + (0 if adapt else 1) + after
     for i in range(steps):
@@ -147,6 +147,9 @@ def _wrong_link(adapt: bool) -> dict:
         res.update(switched=r.switched, reason=r.reason, refit=fit.lines(), links=fit.factors.links)
     hashes = [None] * world
     dist.all_gather_object(hashes, pm.plan.plan_hash())
+    (group,) = opt.state_dict()["param_groups"]
+    res["names_ok"] = len(group["param_names"]) == len(group["params"]) and \
+        sorted(group["param_names"]) == sorted(n for n, _ in pm.named_parameters())
     ref = _reference(model, batches, steps)
     # the first plan under the correct model (how much worse it is than that model's own choice)
     from galvatron_fx.cost_models import AnalyticCostModel
@@ -286,6 +289,7 @@ def _check_wrong_link(res: dict) -> None:
         assert len(set(x["hashes"])) == 1
         for r in res.values():
             assert r[key]["loss_err"] < LOSS_TOL, r[key]["losses"]
+            assert r[key]["names_ok"], "the optimizer's param_names no longer name its parameters"
 
 
 def test_a_wrong_link_is_refitted_and_the_plan_switches_in_place(world2):

@@ -267,22 +267,14 @@ def _loop_case(family: str, spec: str, world: int, cache: dict) -> dict:
     ``forward_backward`` on the batch as the data loader gives it, ``clip_grad_norm_``, AdamW with
     weight decay on all but the norms and biases (by parameter group), a warmup-cosine
     ``LambdaLR``; five steps that all clip, against the same loop on one process."""
-    import torch
-
     from test_parallel_module import compare_user_loop
-
-    def adamw(named):
-        decay = [p for n, p in named if p.ndim >= 2]
-        rest = [p for n, p in named if p.ndim < 2]
-        return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                 lr=1e-3)
 
     def micro_losses(ref, b, m):
         return (ref(**hf_tiny.micro(b, m, j)).loss for j in range(m))
 
     model, _mg, plan, pm = _module(family, spec, world, cache)
     batches = [hf_tiny.batch(family, 4, seed=20 + i) for i in range(5)]
-    return compare_user_loop(model, pm, batches, plan.num_microbatches, micro_losses=micro_losses, optimizer=adamw)
+    return compare_user_loop(model, pm, batches, plan.num_microbatches, micro_losses=micro_losses)
 
 
 def _ddp_case(family: str, spec: str, world: int, cache: dict) -> dict:

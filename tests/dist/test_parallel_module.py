@@ -8,6 +8,7 @@ reshard primitive on its own, ``compile``'s world-size and plan-hash checks.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -172,14 +173,15 @@ def compare_training(model, pm, batches, m: int, *, on_first_grads=None) -> tupl
         ref_opt.zero_grad(set_to_none=True)
         return total / m, grads
 
-    # step 1 by hand, to see the grads; then train_step
+    # step 1 by hand as a DDP loop, to see the grads (micro-batches accumulated under no_sync, the
+    # sync run when the last backward ends); then train_step
     chunks = [x.chunk(m) for x in batches[0]]
     total = 0.0
     for i in range(m):
-        loss = pm(*(c[i] for c in chunks))
-        (loss / m).backward()
+        with pm.no_sync() if i < m - 1 else contextlib.nullcontext():
+            loss = pm(*(c[i] for c in chunks))
+            (loss / m).backward()
         total += loss.item()
-    pm.sync_grads()
     grads = _full_grads(pm)
     if on_first_grads is not None:
         on_first_grads(res)
@@ -231,53 +233,79 @@ def _micro_losses(ref, batch, m: int):
     return (ref(*(c[i] for c in chunks)) for i in range(m))
 
 
+def no_decay(name: str) -> bool:
+    """The parameters a recipe exempts from weight decay, by the user's FQN: biases and norms."""
+    leaf = name.rsplit(".", 2)
+    return name.endswith("bias") or any("norm" in x or x.startswith("ln") for x in leaf[:-1])
+
+
 def _adamw(named):
+    """AdamW with weight decay 0.1 on all but biases and norms, grouped by name as a recipe does."""
     import torch
 
-    return torch.optim.AdamW([p for _, p in named], lr=1e-3, weight_decay=0.1)
+    return torch.optim.AdamW([{"params": [p for n, p in named if not no_decay(n)], "weight_decay": 0.1},
+                              {"params": [p for n, p in named if no_decay(n)], "weight_decay": 0.0}], lr=1e-3)
 
 
 def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, local: bool = False,
-                      micro_losses=_micro_losses, optimizer=_adamw) -> dict:
+                      accumulate: int = 1, backward: bool = False, micro_losses=_micro_losses,
+                      optimizer=_adamw) -> dict:
     """The loop a user owns, against one process: ``pm.forward_backward(batch)``, then
-    ``pm.clip_grad_norm_(MAX_NORM)``, AdamW with decoupled weight decay and a warmup-cosine
-    ``LambdaLR`` stepped by the loop, ``zero_grad``; the reference runs the same loop on a copy of
-    ``model`` with ``torch.nn.utils.clip_grad_norm_``. Records each step's loss and total-norm
-    relative differences and the parameters' largest difference after the last step.
-    ``short_form``: the same loop as ``pm.train_step(batch, opt, max_norm=, scheduler=)`` (no norm
-    to compare). ``local``: ``inputs="local"``, each rank passing only its replica's share of each
-    global batch (``pm.data_parallel_rank`` of ``pm.data_parallel_size``); then a step whose shares
-    differ in shape is refused (recorded as ``mismatch``). ``micro_losses(ref, batch, m)``: the
+    ``pm.clip_grad_norm_(MAX_NORM)``, AdamW with decoupled weight decay on all but norms and
+    biases (parameter groups by ``pm.named_parameters()``'s names, which must be the model's) and a
+    warmup-cosine ``LambdaLR`` stepped by the loop, ``zero_grad``; the reference runs the same
+    loop on a copy of ``model`` with ``torch.nn.utils.clip_grad_norm_``. Records each step's loss
+    and total-norm relative differences and the parameters' largest difference after the last
+    step. ``short_form``: the same loop as ``pm.train_step(batch, opt, max_norm=, scheduler=)`` (no
+    norm to compare). ``local``: ``inputs="local"``, each rank passing only its replica's share of
+    each global batch (``pm.data_parallel_rank`` of ``pm.data_parallel_size``); then a step whose
+    shares differ in shape is refused (recorded as ``mismatch``). ``accumulate``: each step sums the
+    gradients of that many batches (the step's and the next ones), all but the last
+    ``forward_backward`` inside ``pm.no_sync()``. ``backward``: a loop written for DDP instead,
+    ``loss = pm(batch); loss.backward()`` on the whole batch (the sync hooked to backward's end).
+    ``micro_losses(ref, batch, m)``: the
     reference's loss per micro-batch (a Hugging Face batch by name: its ``.loss``);
     ``optimizer(named_parameters)``: the AdamW both sides step (parameter groups)."""
+    import contextlib
     import copy
 
     import torch
 
     ref = copy.deepcopy(model)
-    opt, ref_opt = optimizer(list(pm.named_parameters())), optimizer(list(ref.named_parameters()))
+    named, ref_named = list(pm.named_parameters()), list(ref.named_parameters())
+    opt, ref_opt = optimizer(named), optimizer(ref_named)
     sched, ref_sched = warmup_cosine(opt), warmup_cosine(ref_opt)
-    res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": []}
+    res: dict = {"loss_rel": [], "norm_rel": [], "ref_norms": [],
+                 "unknown_names": sorted({n for n, _ in named} - {n for n, _ in ref_named}),
+                 "no_decay": sum(no_decay(n) for n, _ in named)}
     if local:
         pm.set_inputs("local")
         d, k = pm.data_parallel_size, pm.data_parallel_rank
         res["dp_size"] = d
-    for batch in batches:
-        whole = batch
-        if local:
-            batch = tuple(x.chunk(d)[k] for x in batch)
+    for step, batch in enumerate(batches):
+        group = [batches[(step + j) % len(batches)] for j in range(accumulate)]
+        shares = [tuple(x.chunk(d)[k] for x in b) if local else b for b in group]
         if short_form:
-            loss, norm = pm.train_step(batch, opt, max_norm=MAX_NORM, scheduler=sched), None
+            loss, norm = pm.train_step(shares[0], opt, max_norm=MAX_NORM, scheduler=sched), None
         else:
-            loss = pm.forward_backward(batch)
+            for j, share in enumerate(shares):
+                with pm.no_sync() if j < accumulate - 1 else contextlib.nullcontext():
+                    if backward:
+                        got = pm(share) if isinstance(share, dict) else pm(*share)
+                        got.backward()
+                    else:
+                        got = pm.forward_backward(share)
+                loss = got if j == 0 else loss
             norm = pm.clip_grad_norm_(MAX_NORM)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-        want = 0.0
-        for part in micro_losses(ref, whole, m):
-            (part / m).backward()
-            want += part.item() / m
+        for j, whole in enumerate(group):
+            total = 0.0
+            for part in micro_losses(ref, whole, m):
+                (part / m).backward()
+                total += part.item() / m
+            want = total if j == 0 else want
         ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
         ref_opt.step()
         ref_sched.step()
@@ -285,6 +313,12 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
         res["loss_rel"].append(abs(float(loss) - want) / abs(want))
         res["norm_rel"].append(0.0 if norm is None else abs(float(norm) - float(ref_norm)) / float(ref_norm))
         res["ref_norms"].append(float(ref_norm))
+    with torch.no_grad():  # evaluation: the trained model's loss on a batch, no gradient, no step
+        share = shares[0]
+        got = pm(share) if isinstance(share, dict) else pm(*share)
+        want = sum(part.item() for part in micro_losses(ref, group[0], m)) / m
+        res["eval_rel"] = abs(float(got) - want) / abs(want)
+        res["eval_grads"] = sum(p.grad is not None for p in pm.parameters())
     sd, ref_sd = pm.state_dict(), ref.state_dict()
     res["param_err"] = max((sd[n] - v).abs().max().item() for n, v in ref_sd.items() if n in sd)
     res["missing"] = sorted(set(ref_sd) - set(sd))
@@ -294,7 +328,7 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
 
         from galvatron_fx.errors import ConfigError
 
-        short = tuple(x[: len(x) - (dist.get_rank() == 1)] for x in batch)
+        short = tuple(x[: len(x) - (dist.get_rank() == 1)] for x in shares[0])
         try:
             pm.forward_backward(short)
             res["mismatch"] = "no error"
@@ -313,6 +347,10 @@ def check_user_loop(results: dict, key: str) -> None:
         assert min(c["ref_norms"]) > MAX_NORM, "a step did not clip: the test cannot see clipping"
         assert c["param_err"] <= PARAM_TOL, f"rank {rank}: parameters differ by {c['param_err']}"
         assert c["param_moved"] > 10 * PARAM_TOL
+        assert not c["unknown_names"], f"rank {rank}: pm.named_parameters() names {c['unknown_names'][:4]} " \
+                                       "the model does not have"
+        assert c["no_decay"] > 0, "no parameter fell in the no-decay group: the groups test nothing"
+        assert c["eval_rel"] <= TOL and c["eval_grads"] == 0, f"rank {rank}: eval loss differs by {c['eval_rel']}"
         if "dp_size" in c:  # inputs="local": the shares really differ, and a misshapen one is refused
             assert c["dp_size"] > 1
             assert "different shapes" in c["mismatch"] and "inputs='local'" in c["mismatch"], c["mismatch"]

@@ -114,23 +114,30 @@ def _case(key: str, world: int, cache: dict) -> dict:
 
 # the user-owned loop on pipelined plans: a weight tied across the two stages (gpt-tiny's
 # embedding and head), interleaved chunks, ZeRO and recompute inside a stage, tp 2 with SP
-LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved"), 4: ("pp2dp2-mixed-zero", "pp2tp2-sp", "local-pp2dp2-mixed-zero")}
+LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved", "accum-pp2-1f1b"), 4: ("pp2dp2-mixed-zero", "pp2tp2-sp", "local-pp2dp2-mixed-zero")}
 
 
 def _loop_case(key: str, world: int, cache: dict) -> dict:
     import copy
 
+    from galvatron_fx.errors import PlanError
     from galvatron_fx.runtime.pipeline import PipelineModule
 
-    local = key.startswith("local-")
-    key = key.removeprefix("local-")
+    local, accum = key.startswith("local-"), key.startswith("accum-")
+    key = key.removeprefix("local-").removeprefix("accum-")
     name, gbs, m, schedule, bounds, spec = CASES[world][key]
     if (name, gbs // m) not in cache:
         cache[(name, gbs // m)] = build(name, gbs // m)
     model, mg, _ = cache[(name, gbs // m)]
     plan = make_plan(mg, world, spec, gbs=gbs, m=m, name=key, pp=2, boundaries=bounds, schedule=schedule)
     pm = PipelineModule(copy.deepcopy(model), mg, plan)
-    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, local=local)
+    res = compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, local=local, accumulate=2 if accum else 1)
+    try:  # a loop written for DDP cannot drive a pipeline's schedule: told what to call instead
+        pm(*_batches(gbs, 1)[0]).backward()
+        res["call_error"] = "no error"
+    except PlanError as e:
+        res["call_error"] = str(e)
+    return res
 
 
 def _errors_case(world: int, cache: dict) -> dict:
@@ -221,6 +228,8 @@ def test_the_user_owned_loop_clips_and_schedules_pipelines_like_one_process(requ
     results = request.getfixturevalue(f"world{world}")
     assert_ok(results, f"loop-{key}")
     check_user_loop(results, f"loop-{key}")
+    for rank, by_case in results.items():
+        assert "pm.forward_backward(batch)" in by_case[f"loop-{key}"]["call_error"], by_case[f"loop-{key}"]["call_error"]
 
 
 def test_stages_the_pipeline_cannot_run_are_refused(world2):

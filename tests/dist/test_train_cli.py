@@ -24,6 +24,27 @@ pp = [1]
 out = "out"
 checkpoint_dir = "ckpt"
 """
+# a real run's recipe: token-file data with a validation split, warmup then cosine, weight decay,
+# clipping, a line every 2 steps and a val loss every 2
+RECIPE = """data = "tokens.bin"
+warmup = 2
+schedule = "cosine"
+min_lr = 3e-4
+weight_decay = 0.1
+max_norm = 0.5
+log_every = 2
+eval_every = 2
+"""
+
+
+def write_tokens(path: Path, n: int = 20_000, vocab: int = 64) -> None:
+    """A token file (uint16) of short motifs repeated in random order: a language model learns it."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    motifs = [rng.integers(0, vocab, size=int(rng.integers(5, 12))) for _ in range(8)]
+    tokens = np.concatenate([motifs[i] for i in rng.integers(0, 8, size=n // 8)])[:n]
+    tokens.astype(np.uint16).tofile(path)
 
 
 def _torchrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -51,18 +72,31 @@ def test_run_config_keys_types_and_overrides(tmp_path):
 
 
 def test_train_resume_and_export(tmp_path):
-    (tmp_path / "run.toml").write_text(RUN)
+    from galvatron_fx.train_recipe import lr_at
+
+    (tmp_path / "run.toml").write_text(RUN + RECIPE)
+    write_tokens(tmp_path / "tokens.bin")
     proc = _torchrun(tmp_path, "--config", "run.toml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "plan for" in proc.stderr and "in fp32" in proc.stderr
+    # it says what it trains on and how, and logs its lines (and the val loss) on rank 0
+    assert "data: " in proc.stderr and "tokens.bin (20,000 tokens, 2,000 held out)" in proc.stderr, proc.stderr[-3000:]
+    assert "2 warmup steps, then cosine" in proc.stderr and "clipped to norm 0.5" in proc.stderr
+    logged = [l for l in proc.stderr.splitlines() if l.startswith("step ") and " | " in l]
+    assert [l.split(" | ")[0] for l in logged] == ["step 2/4", "step 4/4"], logged
+    assert all("val loss" in l and "grad norm" in l and "lr " in l for l in logged), logged
     # compile() says what runs and on which figures, once (rank 0)
     said = [l for l in proc.stderr.splitlines() if l.startswith("galvatron_fx: plan for")]
     assert len(said) == 1 and "ms per step" in said[0] and "hardware: " in said[0], proc.stderr[-3000:]
     lines = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [l["step"] for l in lines] == [1, 2, 3, 4]
     assert {"loss", "tokens_per_s", "step_s", "memory_bytes", "mfu"} <= set(lines[0])
-    assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the example batch
+    assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the token file
     assert all(l["tokens_per_s"] > 0 and 0 < l["mfu"] for l in lines)
+    assert [l["lr"] for l in lines] == pytest.approx([lr_at(i, lr=3e-3, steps=4, warmup=2, schedule="cosine",
+                                                            min_lr=3e-4) for i in range(4)])
+    assert all(l["grad_norm"] > 0.5 for l in lines)  # (the norm before clipping: every step clipped)
+    assert [("val_loss" in l) for l in lines] == [False, True, False, True] and lines[3]["val_loss"] < lines[1]["val_loss"]
     # the third step is profiled: each stage's measured compute density
     assert [l["profiled"] for l in lines] == [False, False, True, False], lines
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
@@ -192,7 +226,7 @@ lr = 3e-3
 out = "out"
 checkpoint_dir = "ckpt"
 checkpoint_every = 2
-"""
+""" + RECIPE.replace("eval_every = 2", "eval_every = 10")
 
 
 @pytest.mark.slow
@@ -208,6 +242,7 @@ def test_a_job_that_loses_a_rank_resumes_on_the_rest(tmp_path):
     job.mkdir(), ref.mkdir()
     for d in (job, ref):
         (d / "run.toml").write_text(ELASTIC)
+        write_tokens(d / "tokens.bin")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            "-m", "galvatron_fx.cli", "train", "--config", "run.toml"]
@@ -247,3 +282,31 @@ def test_a_job_that_loses_a_rank_resumes_on_the_rest(tmp_path):
     assert sorted(by_step) == list(range(1, 31))
     after = [s for s in range(start + 1, 31)]
     assert [by_step[s] for s in after] == pytest.approx([want[s] for s in after], rel=1e-4, abs=1e-5)
+    # the schedule and the data went on from the checkpoint's step: the same rates, the same val losses
+    lines = {json.loads(l)["step"]: json.loads(l) for l in metrics.read_text().splitlines()}
+    ref_lines = {json.loads(l)["step"]: json.loads(l) for l in (ref / "out" / "metrics.jsonl").read_text().splitlines()}
+    assert [lines[s]["lr"] for s in after] == pytest.approx([ref_lines[s]["lr"] for s in after])
+    assert lines[30]["val_loss"] == pytest.approx(ref_lines[30]["val_loss"], rel=1e-4)
+
+
+def test_train_starts_from_a_save_pretrained_directory(tmp_path):
+    """``init = "hf:DIR"``: the model is DIR's (its config.json), with DIR's weights; the first
+    step's loss is that of the saved model on the first batch of the token file."""
+    import torch
+
+    hf_tiny = pytest.importorskip("hf_tiny")
+    from galvatron_fx.train_recipe import TokenFile
+
+    model, _ = hf_tiny.build("llama", seed=5)
+    model.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    write_tokens(tmp_path / "tokens.bin")
+    (tmp_path / "run.toml").write_text('init = "hf:hf"\ndata = "tokens.bin"\nbatch = 4\nseq = 16\nsteps = 1\n'
+                                       'out = "out"\nefficiency_every = 0\n')
+    proc = _torchrun(tmp_path, "--config", "run.toml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "initialised" in proc.stderr and "tensors from" in proc.stderr
+    (line,) = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    windows = TokenFile(tmp_path / "tokens.bin").train_batch(0, 4, 16)
+    with torch.no_grad():
+        want = model(**TokenFile.fill(windows, "hf", {"input_ids": windows, "labels": windows}, None, "t")).loss
+    assert line["loss"] == pytest.approx(want.item(), rel=1e-5)

@@ -154,7 +154,8 @@ def _case(key: str, world: int, cache: dict) -> dict:
 # tied weight in two flavours, tp-sharded local shards beside ZeRO-3 over 2-D meshes
 # ("short-": the same loop as train_step(batch, opt, max_norm=, scheduler=))
 # ("local-": each rank passes only its data-parallel share, inputs="local")
-LOOP_CASES = {2: ("ddp", "zero3-m2", "mixed", "short-mixed", "local-zero3-m2"),
+LOOP_CASES = {2: ("ddp", "zero3-m2", "mixed", "short-mixed", "local-zero3-m2", "accum-mixed",
+                  "ddp-local-zero3-m2"),
               4: ("zero3-dp2tp2", "mixed-meshes", "local-zero3-dp2tp2")}
 
 
@@ -163,12 +164,15 @@ def _loop_case(key: str, world: int, cache: dict) -> dict:
 
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
-    short, local = key.startswith("short-"), key.startswith("local-")
-    key = key.removeprefix("short-").removeprefix("local-")
+    backward = key.startswith("ddp-")  # a DDP loop: loss = pm(batch); loss.backward()
+    key = key.removeprefix("ddp-") if backward else key
+    short, local, accum = key.startswith("short-"), key.startswith("local-"), key.startswith("accum-")
+    key = key.removeprefix("short-").removeprefix("local-").removeprefix("accum-")
     gbs, m, spec = CASES[world][key]
     model, mg = _captured(cache, gbs // m)
     pm = ParallelModule(copy.deepcopy(model), mg, _plan(mg, world, spec, gbs=gbs, m=m, name=key))
-    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, short_form=short, local=local)
+    return compare_user_loop(model, pm, _batches(gbs, LOOP_STEPS), m, short_form=short, local=local,
+                             accumulate=2 if accum else 1, backward=backward)
 
 
 def _worker(rank: int, world: int, port: int, tmp: str) -> None:

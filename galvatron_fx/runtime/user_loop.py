@@ -1,0 +1,105 @@
+"""user_loop — what a training loop written for ``DistributedDataParallel`` expects of a module.
+
+Contract: :class:`UserLoop` is a base of ``ParallelModule`` and ``PipelineModule``; it reads the
+host's executors (through :func:`~galvatron_fx.runtime.checkpoint_slots._bodies`), and the host's
+gradient step reads :attr:`UserLoop.syncing`. It gives:
+
+- ``named_parameters()`` by the user's FQNs (``model.named_parameters()``'s names), so that
+  parameter groups (no weight decay on norms and biases) are chosen as on the model itself. The
+  parameters are the module's own (sharded) ones, in ``parameters()`` order. A tied weight held
+  in two layouts (two parameters, kept equal by summing their gradients) appears twice under its
+  one FQN; a parameter no layer reads is not a parameter here (``state_dict()`` keeps it).
+- ``with pm.no_sync():`` — backward passes inside accumulate each rank's gradients locally,
+  without the data-parallel sync (DDP's plain buckets, FSDP's reduce-scatters, the sums of tied
+  copies, an fp16 loss scaler's unscale); the first ``forward_backward`` (or ``loss.backward()``)
+  outside syncs what accumulated, as ``DistributedDataParallel.no_sync`` does. Accumulated
+  gradients are the *sum* of the calls' gradients (each call's the gradient of its own mean loss).
+- ``loss = pm(batch); loss.backward()`` for a plan without pipeline stages: the gradient sync runs
+  when that backward ends (an autograd callback, as DDP queues its own, after FSDP's), unless inside
+  ``no_sync``. ``sync_on_backward = False`` turns it off for callers that sync themselves.
+
+Algorithm: ``no_sync`` sets a flag the hosts' steps read (no bucket armed, no ``sync_grads``, no
+unscale) and FSDP2's own ``set_requires_gradient_sync(False)`` on every FSDP unit of the bodies,
+restored on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+__all__ = ["UserLoop", "SyncOnBackward"]
+
+
+class SyncOnBackward(torch.autograd.Function):
+    """Identity on the loss whose backward queues ``module``'s gradient sync for the end of the
+    backward pass (every gradient is in ``.grad`` by then)."""
+
+    @staticmethod
+    def forward(ctx, loss: torch.Tensor, module) -> torch.Tensor:
+        ctx.module = module
+        return loss.view_as(loss)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        module = ctx.module
+        torch.autograd.Variable._execution_engine.queue_callback(module._sync_after_backward)
+        return grad, None
+
+
+class UserLoop:
+    """FQN-named parameters, ``no_sync`` and backward-hooked sync (see the module doc)."""
+
+    syncing = True  # False inside no_sync()
+    sync_on_backward = True
+
+    def _fqn_of_param(self) -> dict[int, str]:
+        from galvatron_fx.runtime.checkpoint_slots import _bodies
+
+        out: dict[int, str] = {}
+        for body in _bodies(self):
+            for ex in body.executors:
+                for key, fqn in ex.fqn_of_key.items():
+                    out.setdefault(id(ex.params[key]), fqn)
+        return out
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
+        """``(FQN, parameter)`` for every parameter of this rank, named as in the user's model
+        (``prefix`` prepended); see the module doc."""
+        fqn = self._fqn_of_param()
+        for name, p in nn.Module.named_parameters(self, recurse=recurse, remove_duplicate=remove_duplicate):
+            yield prefix + fqn.get(id(p), name), p
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate gradients over the backward passes inside, without syncing them (see the
+        module doc); collective in effect: every rank enters and leaves it at the same calls."""
+        from galvatron_fx.runtime.checkpoint_slots import _bodies
+
+        if not self.syncing:  # nested: the outer one restores
+            yield
+            return
+        roots = [r for r in (getattr(b, "_fsdp_root_module", None) for b in _bodies(self)) if r is not None]
+        self.__dict__["syncing"] = False
+        for r in roots:
+            r.set_requires_gradient_sync(False, recurse=True)
+        try:
+            yield
+        finally:
+            self.__dict__["syncing"] = True
+            for r in roots:
+                r.set_requires_gradient_sync(True, recurse=True)
+
+    def _sync_after_backward(self) -> None:
+        # queued when backward starts, so before FSDP's own end-of-backward callback (queued by
+        # its first unit's backward), whose reduce-scatters and host copies the sync reads:
+        # queued again from here, it runs after every callback queued so far
+        torch.autograd.Variable._execution_engine.queue_callback(self._sync_now)
+
+    def _sync_now(self) -> None:
+        if self.syncing:
+            self.sync_grads()
