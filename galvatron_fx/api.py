@@ -342,6 +342,7 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
     else:
         module = ParallelModule(model, mg, plan, resolve=resolver(plan, mg), dump_dir=mine)
     module.remember_user_model(model)  # pm.to_module() / pm.unwrap() write the trained weights back into it
+    module._capture_loss_fn = loss_fn  # (a batch of another shape captures the model again: runtime/shapes.py)
     if mine is not None:
         from galvatron_fx.passes.dump_program import write_program
 

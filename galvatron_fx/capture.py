@@ -149,6 +149,7 @@ def capture(
         input_names=[i.name for i in tensor_inputs],
         output_names=outputs,
         extra_output_names=extra_outputs,
+        output_keys=_output_keys(ep, gm),
         name=name or type(model).__name__,
         example_shapes=[tuple(int(d) for d in by_node[i.name].meta["val"].shape) for i in tensor_inputs],
         example_dtypes=[dtype_name(by_node[i.name].meta["val"].dtype) for i in tensor_inputs],
@@ -387,6 +388,25 @@ def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> tuple[list[str],
         raise UnsupportedModelError(f"{model_name} returns a {what}: galvatron_fx trains on a scalar loss; {hint}")
     others = [o.name for o in flat[first_user:] if isinstance(o, torch.fx.Node) and o is not loss]
     return [loss.name], list(dict.fromkeys(others))
+
+
+def _output_keys(ep, gm) -> dict[str, str]:
+    """Each user output node's place in the model's output, as a name: a ``ModelOutput``'s or
+    dict's key (``logits``), a tuple's index, dotted where they nest (``past_key_values.0``)."""
+    from torch.utils._pytree import tree_flatten_with_path, tree_unflatten
+
+    user = list(ep.graph_signature.user_outputs)
+    where = tree_unflatten(list(range(len(user))), ep.call_spec.out_spec)
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = list(out_node.args[0])
+    first_user = len(flat) - len(user)
+    keys: dict[str, str] = {}
+    for path, index in tree_flatten_with_path(where)[0]:
+        node = flat[first_user + index]
+        if isinstance(node, torch.fx.Node):
+            name = ".".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
+            keys.setdefault(node.name, name or "output")
+    return keys
 
 
 def _canonical_names(root: nn.Module) -> dict[str, str]:

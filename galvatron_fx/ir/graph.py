@@ -178,6 +178,7 @@ class ModelGraph:
     inputs: list[InputInfo] = field(default_factory=list)  # every user argument, tensors or not
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted tensor constants by FQN
     extra_output_names: list[str] = field(default_factory=list)  # outputs besides the loss (logits)
+    output_keys: dict[str, str] = field(default_factory=dict)  # output node -> its key in the model's output
     # values whose dim 0 is the batch (see galvatron_fx.capture.mark_batched); empty: unknown
     batched: set[str] = field(default_factory=set)
     # how every size follows the batch (from the same probe as ``batched``); None: unknown

@@ -73,6 +73,7 @@ from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
+from galvatron_fx.runtime.shapes import ShapeVariants
 from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
@@ -166,12 +167,12 @@ def _unused_params(model: nn.Module, mg: ModelGraph) -> tuple[dict[str, torch.Te
     return full, aliases
 
 
-class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, UserLoop, nn.Module):
+class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, UserLoop, ShapeVariants, nn.Module):
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,
                  lower: bool = True, layers: Sequence[int] | None = None,
-                 meshes: dict[tuple[int, int], DeviceMesh] | None = None, dump_dir=None):
+                 meshes: dict[tuple[int, int], DeviceMesh] | None = None, dump_dir=None, keep_model: bool = True):
         """``layers``/``meshes``: build only these layers (a pipeline chunk) on the given ``(dp,
         tp)`` meshes over their stage's ranks (:class:`~galvatron_fx.runtime.pipeline.PipelineModule`
         does); by default every layer of a ``pp == 1`` plan on meshes over all ranks.
@@ -179,7 +180,9 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         (:func:`galvatron_fx.passes.lower_program.lower`), else lowered here (``lower=False``:
         not at all; every layer then runs op by op). ``resolve(layer, decomposed, strategy)``:
         the option of a layer whose saved placements do not name this torch's nodes (none: such
-        a plan is refused). ``dump_dir``: the lowering's passes dump their graphs there."""
+        a plan is refused). ``dump_dir``: the lowering's passes dump their graphs there.
+        ``keep_model``: hold ``model`` to capture it again at a batch of another shape
+        (:mod:`~galvatron_fx.runtime.shapes`; :meth:`release_model` lets it go)."""
         super().__init__()
         if plan.pp != 1 and layers is None:
             raise PlanError(f"ParallelModule runs plans without pipeline stages; this plan has pp={plan.pp}: "
@@ -276,6 +279,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         self._own_buffers = {fqn for fqn in self._buffers_full if fqn in reads or fqn not in read_anywhere}
         # what train_step takes (the plan's; the search's when compile was given an automatic batch)
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, plan.num_microbatches
+        self._init_shapes(model, resolve, keep_model)  # batches of other shapes (runtime/shapes.py)
 
     # ---- meshes and options -------------------------------------------------------------------
     def mesh(self, dp: int, tp: int) -> DeviceMesh:
@@ -347,7 +351,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             full = full.full_tensor()
         if full.is_floating_point() and full.dtype != self.compute_dtype:
             full = full.to(self.compute_dtype)
-        return full
+        return full.contiguous()  # (the program was traced on contiguous inputs: a sliced one is copied)
 
     def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
         """The mean loss of a batch as a plain tensor, the same on every rank: one micro-batch (at
@@ -368,27 +372,51 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
         is the gradient of that mean.
         """
+        outputs = kwargs.pop("outputs", False) if isinstance(kwargs.get("outputs"), bool) and \
+            "outputs" not in self.mg.input_names else False
         one = len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple))  # a batch as one value
         inputs = self.mg.bind_inputs(inputs[0] if one else inputs, kwargs)
         if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
             with self.guard.section("forward", (inputs, self.mg.input_names), check=True):
                 inputs = self._global_inputs(inputs)
-        m = self.num_microbatches
-        whole = [tuple(s) for s in self.mg.example_shapes]
-        if m > 1 and whole and [tuple(x.shape) for x in inputs] == [(s[0] * m,) + s[1:] if s else s for s in whole]:
-            chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in inputs]
-            losses = []
-            for i in range(m):
-                loss = self._loss([c[i] for c in chunks])
-                losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
-            loss = torch.stack(losses).mean()
-        else:
-            self._check_inputs(inputs)
-            loss = self._loss(inputs)
-            loss = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        if outputs:
+            return self._with_outputs(inputs)
+        losses = []
+        for mb in self._micro_batches(inputs):
+            loss = self._loss(mb)
+            losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         if torch.is_grad_enabled() and loss.requires_grad and self.sync_on_backward:
             loss = SyncOnBackward.apply(loss, self)
         return loss
+
+    def _with_outputs(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys in its
+        output (a Hugging Face model's ``logits``), each whole on every rank: batched ones
+        concatenated over the micro-batches, others averaged."""
+        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
+        per_micro, sizes = [], []
+        for mb in self._micro_batches(inputs):
+            sizes.append(next((x.shape[0] for x in mb if isinstance(x, torch.Tensor) and x.ndim >= 1), None))
+            self._loss_prepare(mb)
+            values = self.run_layers(dict(zip(self.mg.input_names, mb)), names)
+            per_micro.append([v.full_tensor() if isinstance(v, DTensor) else v for v in values])
+        out: dict[str, torch.Tensor] = {}
+        for k, name in enumerate(names):
+            vs = [m[k] for m in per_micro]
+            key = self.mg.output_keys.get(name, name)
+            if len(vs) == 1:
+                out[key] = vs[0]
+            elif all(v.ndim >= 1 for v in vs) and (name in self.mg.batched if self.mg.batched else
+                                                   all(v.shape[0] == n for v, n in zip(vs, sizes))):
+                out[key] = torch.cat(vs)
+            else:
+                out[key] = torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
+        return out
+
+    def _loss_prepare(self, inputs: Sequence[torch.Tensor]) -> None:
+        wait_in_flight()
+        self._activate(inputs)
 
     def forward_all(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The loss of one micro-batch (as :meth:`forward`) and the model's other outputs
@@ -412,8 +440,9 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
 
     def _loss(self, inputs: Sequence[torch.Tensor], *, wrap: bool = True):
         """The loss of one micro-batch as the last layer leaves it (a DTensor, typically
-        ``Partial`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective."""
-        wait_in_flight()  # earlier forwards' that had no backward
+        ``Partial`` over dp; ``wrap=False``: possibly a :class:`LocalValue`): no collective
+        (but the first micro-batch of a new shape captures and lowers it: runtime/shapes.py)."""
+        self._loss_prepare(inputs)  # earlier forwards' collectives waited; this shape's program in place
         (loss,) = self.run_layers(dict(zip(self.mg.input_names, inputs)), self.mg.output_names, wrap=wrap)
         return loss
 
@@ -497,18 +526,14 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
 
     def _train_step(self, batch: list[torch.Tensor], optimizer: torch.optim.Optimizer | None, *,
                     max_norm: float | None = None, scheduler=None) -> float:
-        m = self.num_microbatches
         sync = self.syncing  # False inside no_sync(): the gradients accumulate, unsynced and scaled
         if not sync and optimizer is not None:
             raise ConfigError("train_step steps the optimizer, so it cannot run inside no_sync(): accumulate "
                               "with pm.forward_backward(batch) there, then step after the last one outside")
-        chunks = [x.chunk(m, dim=0) if x.ndim >= 1 else [x] * m for x in batch]
-        if any(len(c) != m for c in chunks):
-            raise ValueError(f"the batch of {batch[0].shape[0]} samples does not split into {m} micro-batches")
+        micro = self._micro_batches(batch)  # the plan's m, or as many as a batch of another size needs
+        m = len(micro)
         total, carrier = None, None
-        for i in range(m):
-            mb = [c[i] for c in chunks]
-            self._check_inputs(mb)
+        for i, mb in enumerate(micro):
             # the loss's local tensor and its layout (no DTensor per step)
             local, layout = _local_and_layout(self._loss(mb, wrap=False))
             value = local.detach().float()

@@ -196,7 +196,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
         stages = []
         for c in mine:
             body = ParallelModule(model, mg, plan, resolve=resolve, layers=chunks[c], meshes=meshes,
-                                  dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}")
+                                  dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}", keep_model=False)
             last = c == len(chunks) - 1
             outs = list(mg.output_names) if last else crossing[c + 1]
             chunk = _Chunk(body, crossing[c], outs, layout, last)
@@ -375,11 +375,17 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
                             "yourself) or pm.train_step(batch, optimizer); or plan without pipeline stages "
                             "(search={'pp': (1,)}) to keep a loss.backward() loop. Under torch.no_grad(), "
                             "pm(batch) evaluates the batch's loss")
+        if kwargs.get("outputs") is True and "outputs" not in self.mg.input_names:
+            raise ConfigError("pm(batch, outputs=True) needs a plan without pipeline stages (search={'pp': (1,)}): "
+                              "a pipeline's last stage hands on its loss only")
+        if kwargs.get("outputs") is False and "outputs" not in self.mg.input_names:
+            del kwargs["outputs"]
         batch = inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple)) else inputs
         args = tuple(self.mg.bind_inputs(batch, kwargs))
         if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
             with self.guard.section("forward", (args, self.mg.input_names), check=True):
                 args = tuple(self._global_inputs(args))
+        self._check_planned(args)  # (every rank: each was given the batch)
         args = args if self._first else ()
         losses: list[torch.Tensor] = []
         if self._last is not None:
@@ -403,9 +409,12 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             args = tuple(self.mg.bind_inputs(batch))
             with self.guard.step((args, self.mg.input_names)):
                 whole = tuple(self._global_inputs(args))  # (a collective: every rank gathers)
+                self._check_planned(whole)
                 args = whole if self._first else ()
                 return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
-        args = tuple(self.mg.bind_inputs(batch)) if self._first else ()
+        args = tuple(self.mg.bind_inputs(batch))
+        self._check_planned(args)  # (every rank: each was given the global batch)
+        args = args if self._first else ()
         with self.guard.step((args, self.mg.input_names) if self._first else None):
             return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
 
@@ -452,6 +461,20 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             for hits in copies:
                 for ex, k in hits:
                     ex.set_full_grad(k, total)
+
+    def _check_planned(self, args: tuple) -> None:
+        """A batch of the planned global shape (the first stage's ranks read it): the stages'
+        buffers and the schedule are built for it; another is refused, saying what runs it."""
+        if not args:
+            return
+        m = self.num_microbatches
+        want = [(s[0] * m,) + tuple(s[1:]) if s else () for s in self.mg.example_shapes]
+        got = [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in args]
+        if got != want:
+            raise ConfigError(f"a pipelined plan runs batches of its planned shape {[list(w) for w in want]} "
+                              f"({self.mg.input_names}), got {[list(g) for g in got]}: pass whole global batches "
+                              "(a DataLoader's drop_last=True), or plan without pipeline stages (search={'pp': (1,)}), "
+                              "whose modules run smaller batches and shorter sequences too")
 
     def _mean_loss(self, losses: list[torch.Tensor]) -> float:
         """The global mean loss, on every rank: the last stage reduces its (dp-partial) sum, and

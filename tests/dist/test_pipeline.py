@@ -120,7 +120,7 @@ LOOP_CASES = {2: ("pp2-1f1b", "pp2-interleaved", "accum-pp2-1f1b"), 4: ("pp2dp2-
 def _loop_case(key: str, world: int, cache: dict) -> dict:
     import copy
 
-    from galvatron_fx.errors import PlanError
+    from galvatron_fx.errors import ConfigError, PlanError
     from galvatron_fx.runtime.pipeline import PipelineModule
 
     local, accum = key.startswith("local-"), key.startswith("accum-")
@@ -137,6 +137,12 @@ def _loop_case(key: str, world: int, cache: dict) -> dict:
         res["call_error"] = "no error"
     except PlanError as e:
         res["call_error"] = str(e)
+    try:  # nor does a pipeline run another batch shape: refused on every rank, saying what does
+        share = tuple(x.chunk(pm.data_parallel_size)[pm.data_parallel_rank] if local else x for x in _batches(gbs, 1)[0])
+        pm.forward_backward(tuple(x[:, : x.shape[1] // 2] for x in share))  # (a shorter sequence)
+        res["shape_error"] = "no error"
+    except ConfigError as e:
+        res["shape_error"] = str(e)
     return res
 
 
@@ -230,6 +236,8 @@ def test_the_user_owned_loop_clips_and_schedules_pipelines_like_one_process(requ
     check_user_loop(results, f"loop-{key}")
     for rank, by_case in results.items():
         assert "pm.forward_backward(batch)" in by_case[f"loop-{key}"]["call_error"], by_case[f"loop-{key}"]["call_error"]
+        assert "runs batches of its planned shape" in by_case[f"loop-{key}"]["shape_error"], \
+            by_case[f"loop-{key}"]["shape_error"]
 
 
 def test_stages_the_pipeline_cannot_run_are_refused(world2):
