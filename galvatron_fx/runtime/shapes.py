@@ -59,7 +59,6 @@ class ShapeVariants:
     shape_cache_limit = 8
 
     def _init_shapes(self, model, resolve, keep_model: bool) -> None:
-        self.remember_user_model(model)
         d = self.__dict__
         # the module to capture again (not a submodule: its parameters are not this one's);
         # a pipeline's chunks hold none (a pipeline runs its planned shape only)
