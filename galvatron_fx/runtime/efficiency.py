@@ -14,7 +14,10 @@ each pipeline stage's busiest rank's, as the plan predicts it (``PlanPrediction.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 import time
 from typing import Any, Callable
 
@@ -49,6 +52,28 @@ def busy_seconds(compute: list[tuple[float, float]], comm: list[tuple[float, flo
     return max(total, 0.0)
 
 
+_SEEN = [0]  # profiled calls in this process
+
+
+@contextlib.contextmanager
+def _native_stderr_off(off: bool):
+    """Standard error's file descriptor pointed at the null device inside (``off``): what C++
+    code writes there (the profiler's start and stop lines) is dropped; Python's own stream is
+    flushed first and left as it was."""
+    if not off:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profiled(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     """``(fn(), compute seconds, wall seconds)`` of one call of ``fn`` under the profiler."""
     from torch.autograd import DeviceType
@@ -56,7 +81,12 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 
     cuda = torch.cuda.is_available()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
+    prof = profile(activities=acts)
+    quiet = _SEEN[0] > 0  # the profiler's own start/stop lines (USDT: ...), shown the first time only
+    _SEEN[0] += 1
+    with _native_stderr_off(quiet):
+        prof.__enter__()
+    try:
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -64,6 +94,9 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, float, float]:
         if cuda:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+    finally:
+        with _native_stderr_off(quiet):
+            prof.__exit__(None, None, None)
     compute, comm = [], []
     for e in prof.events():
         on_gpu = e.device_type == DeviceType.CUDA

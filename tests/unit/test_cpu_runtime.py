@@ -279,3 +279,17 @@ def test_compute_density_counts_operators_not_waiting():
     assert wall_idle > 0.3 and busy_idle < 0.5 * wall_idle, (busy_idle, wall_idle)
     # the matmuls take about as long either way: the sleep is what the density leaves out
     assert busy_idle == pytest.approx(busy, rel=1.0)
+
+
+def test_the_profilers_own_lines_show_once():
+    """The profiler prints a start and a stop line (C++, on standard error) per profiled step;
+    a run profiling every few steps shows them for the first only."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom galvatron_fx.runtime.efficiency import profiled\n"
+            "for _ in range(4):\n    profiled(lambda: torch.ones(8, 8) @ torch.ones(8, 8))\n"
+            "import sys\nprint('after', file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stderr.count("profiler_start") <= 1 and proc.stderr.count("profiler_stop") <= 1, proc.stderr
+    assert proc.stderr.rstrip().endswith("after")  # standard error is back afterwards
