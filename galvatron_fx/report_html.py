@@ -192,16 +192,11 @@ def _memory(plan) -> str:
 
 
 def _timeline(plan) -> str:
-    from galvatron_fx.cost_models.pipeline import StageCost, simulate
+    from galvatron_fx.ir.plan_trace import predicted_timeline
 
-    chunks = plan.chunk_layers()
-    m = plan.num_microbatches  # a layer's predicted times are per step: all its micro-batches
-    costs = [StageCost(fwd_s=sum(plan.layers[i].predicted.fwd_s for i in rng) / m,
-                       bwd_s=sum(plan.layers[i].predicted.bwd_s for i in rng) / m) for rng in chunks]
     schedule = plan.schedule if plan.pp > 1 else "1f1b"
     try:
-        res = simulate(schedule, costs, plan.num_microbatches, virtual_stages=plan.virtual_stages,
-                       record_timeline=True)
+        schedule, res = predicted_timeline(plan)
     except ConfigError as e:
         return f'<section id="timeline"><h2>Pipeline timeline</h2><div class="cap">not drawn: {_e(e)}</div></section>'
     width, row_h, left = 1100, 24, 70

@@ -15,13 +15,24 @@ or ``nodes``), a preset or a cluster JSON. ``batch`` is the global batch, or ``"
 largest that fits at once), ``"LO:HI"`` (the fastest in the range) or ``tokens_per_step`` (the
 batch nearest that target): the search then chooses it and the run trains at its batch.
 
-Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, tokens/s,
-step time, peak CUDA memory allocated — null on CPU —, MFU: the plan's model FLOPs over the step
-time and the cluster's peak, and on the steps profiled — the third and every
-``efficiency_every`` after it — each stage's measured compute density,
-:mod:`galvatron_fx.runtime.efficiency`, with ``"profiled": true``); ``<out>/plan.json`` is the plan run,
-``<out>/report.json`` the predicted against measured summary and ``<out>/report.html`` the plan and
-the run as one page (:mod:`galvatron_fx.report_html`). ``checkpoint_dir`` saves every
+``data`` may also be a flat file of token ids (``uint16``/``uint32``: ``data_dtype``; nanoGPT's
+``train.bin``), its last ``val_fraction`` held out for validation (:mod:`galvatron_fx.train_recipe`);
+``init = "hf:DIR"`` starts from a ``save_pretrained`` directory's weights (and model, unless one is
+named). The recipe: ``lr`` after ``warmup`` steps, then ``schedule`` (cosine, linear or constant)
+down to ``min_lr`` at the last step (a function of the step, so a resumed run continues it);
+AdamW with ``weight_decay`` on all but biases and norms; gradients clipped to ``max_norm``; the
+val loss over ``eval_batches`` held-out batches every ``eval_every`` steps and at the end.
+
+Every step appends one JSON line to ``<out>/metrics.jsonl`` on rank 0 (step, loss, lr, grad norm
+before clipping, tokens/s, step time, peak CUDA memory allocated — null on CPU —, MFU: the plan's
+model FLOPs over the step time and the cluster's peak, the val loss where evaluated, and on the
+steps profiled — the third and every ``efficiency_every`` after it — each stage's measured compute
+density, :mod:`galvatron_fx.runtime.efficiency`, with ``"profiled": true``), and every
+``log_every`` steps rank 0 prints it as one line; with ``tensorboard`` installed the same scalars
+go to ``<out>/tensorboard``. ``<out>/plan.json`` is the plan run, ``<out>/predicted_trace.json``
+its predicted step and ``<out>/step_trace.rank<R>.json`` the first profiled step as Chrome traces
+(Perfetto), ``<out>/report.json`` the predicted against measured summary and
+``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report_html`). ``checkpoint_dir`` saves every
 ``checkpoint_every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
 from a checkpoint already there.
 """
@@ -306,6 +317,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
+        plan.chrome_trace(out / "predicted_trace.json")
         clip = f"clipped to norm {run['max_norm']}" if run["max_norm"] else "no clipping"
         print(f"training {source.name} for {steps} steps on {world} processes, global batch {batch} in "
               f"{plan.num_microbatches} micro-batch(es), data: {data_what}\n  {run['optimizer']} lr {run['lr']:g} "
@@ -369,7 +381,11 @@ def run_cli(args: argparse.Namespace) -> int:
             density = None
             k = step - start
             if every and k >= 2 and (k - 2) % every == 0:  # after two warm-up steps, then every `every`
-                (loss, norm), busy, dt = efficiency.profiled(lambda: step_fn(b))
+                # the first profiled step's trace, per rank, beside the plan's predicted one
+                trace = out / f"step_trace.rank{rank}.json" if not slowed else None
+                if trace is not None:
+                    out.mkdir(parents=True, exist_ok=True)
+                (loss, norm), busy, dt = efficiency.profiled(lambda: step_fn(b), trace=trace)
                 density = efficiency.stage_density(busy / dt, plan.stage_ranks)
                 densities += [density] if density else []
                 slowed.append(dt)

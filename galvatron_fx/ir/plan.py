@@ -329,6 +329,14 @@ class ParallelPlan:
         """
         return plan_report.explain(self, layer, alternative)
 
+    def chrome_trace(self, path: str | os.PathLike) -> Path:
+        """Write this plan's predicted step as a Chrome trace (``chrome://tracing``, Perfetto):
+        one row per pipeline stage, one event per forward or backward of a micro-batch. See
+        :mod:`galvatron_fx.ir.plan_trace`."""
+        from galvatron_fx.ir.plan_trace import write_chrome_trace
+
+        return write_chrome_trace(self, path)
+
     def report(self, path: str | os.PathLike, run: str | os.PathLike | None = None) -> Path:
         """Write this plan as one self-contained HTML page (strategy per layer, memory per rank,
         pipeline timeline, communication per group); ``run``: a training run's directory, for

@@ -74,8 +74,10 @@ def _native_stderr_off(off: bool):
         os.close(saved)
 
 
-def profiled(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    """``(fn(), compute seconds, wall seconds)`` of one call of ``fn`` under the profiler."""
+def profiled(fn: Callable[[], Any], trace: str | os.PathLike | None = None) -> tuple[Any, float, float]:
+    """``(fn(), compute seconds, wall seconds)`` of one call of ``fn`` under the profiler;
+    ``trace``: also write what it recorded there as a Chrome trace (``chrome://tracing``,
+    Perfetto)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -97,6 +99,8 @@ def profiled(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     finally:
         with _native_stderr_off(quiet):
             prof.__exit__(None, None, None)
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
     compute, comm = [], []
     for e in prof.events():
         on_gpu = e.device_type == DeviceType.CUDA

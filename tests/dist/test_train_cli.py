@@ -100,6 +100,14 @@ def test_train_resume_and_export(tmp_path):
     # the third step is profiled: each stage's measured compute density
     assert [l["profiled"] for l in lines] == [False, False, True, False], lines
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    # the plan's predicted step and the profiled one as Chrome traces (Perfetto)
+    predicted = json.loads((tmp_path / "out" / "predicted_trace.json").read_text())
+    spans = [e for e in predicted["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 2 * plan["num_microbatches"] * plan["pp"] * plan.get("virtual_stages", 1), spans[:3]
+    assert all(e["dur"] > 0 for e in spans)
+    for r in range(2):
+        profiled = json.loads((tmp_path / "out" / f"step_trace.rank{r}.json").read_text())
+        assert any(e.get("name", "").startswith("aten::") for e in profiled["traceEvents"])
     density = lines[2]["compute_density"]
     assert len(density) == plan["pp"] and all(0 < d <= 1 for d in density), density
     report = json.loads((tmp_path / "out" / "report.json").read_text())

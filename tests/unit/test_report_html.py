@@ -241,3 +241,21 @@ def test_a_local_cluster_of_two_nodes_shows_its_crossing_groups(graph, tmp_path)
     links = re.findall(r"<tr><td>(tp|dp)</td><td>[^<]*</td><td>([^<]*)</td><td[^>]*>([a-z-]+)</td>",
                        _section(report_html.render(plan), "comm"))
     assert ("dp", "0,1", "inter-node") in links, links
+
+
+def test_the_predicted_step_as_a_chrome_trace(pipelined, tmp_path):
+    """One row per stage, a forward and a backward per micro-batch and chunk, in the order the
+    schedule runs them, in microseconds; what the HTML timeline draws."""
+    path = pipelined.chrome_trace(tmp_path / "trace.json")
+    trace = json.loads(path.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    m, v = pipelined.num_microbatches, pipelined.virtual_stages
+    assert len(spans) == 2 * m * pipelined.pp * v
+    assert {e["tid"] for e in spans} == set(range(pipelined.pp))
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert names[0].startswith("stage 0 (ranks ")
+    for tid in range(pipelined.pp):  # a stage runs one thing at a time
+        row = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e["tid"] == tid)
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(row, row[1:]))
+    end = max(e["ts"] + e["dur"] for e in spans)
+    assert 0 < end <= pipelined.predicted.step_time_s * 1e6 * (1 + 1e-9)
