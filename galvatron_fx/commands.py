@@ -19,6 +19,20 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"  # the Python API's default too (galvatron_fx.plan / compile)
 
 
+def default_precision(cluster) -> tuple[str, str]:
+    """The commands' precision when none is asked: bf16 on accelerators that compute bf16 faster
+    than fp32 (GPUs' tensor cores: what every recipe trains in), else fp32 (CPUs, and devices
+    without a faster bf16); and the line that says which."""
+    specs = list(cluster.device_specs.values())
+    fast = all(not d.kind.lower().startswith("cpu") and
+               d.peak_flops.get("bfloat16", 0.0) > d.peak_flops.get("float32", float("inf")) for d in specs)
+    kinds = ", ".join(sorted({d.kind for d in specs}))
+    if fast:
+        return "bf16", (f"precision bf16 (mixed: fp32 masters), the default on {kinds}, whose bf16 peak is above "
+                        "its fp32 one; --precision fp32 to change")
+    return "fp32", f"precision fp32, the default on {kinds}; --precision bf16 to change"
+
+
 def _int_tuple(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
@@ -89,7 +103,8 @@ def add_cluster(p: argparse.ArgumentParser) -> None:
 def add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", type=float, default=None, help="memory budget per device in GiB (default: all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help=f"training precision (default {DEFAULT_PRECISION})")
+                   help="training precision (default: bf16 on devices whose bf16 peak is above their fp32 one, "
+                        "GPUs; fp32 on CPUs)")
     p.add_argument("--max-tp", type=int, default=None, help="cap the tensor-parallel degree")
     p.add_argument("--tp", type=_int_tuple, default=None, help="only these tensor-parallel degrees, e.g. 2 or 2,4")
     p.add_argument("--max-pp", type=int, default=None, help="cap the pipeline degree")

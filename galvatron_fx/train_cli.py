@@ -50,14 +50,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx.commands import DEFAULT_PRECISION, OFFLOAD_CHOICES, PRECISIONS, offload_space
+from galvatron_fx.commands import OFFLOAD_CHOICES, PRECISIONS, default_precision, offload_space
 from galvatron_fx.errors import ConfigError
 
 # key -> (type, default); the flags of `galvatron-fx train` carry the same names
 FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "model": (str, None), "hf_config": (str, None), "factory": (str, None), "data": (str, None),
     "cluster": (str, "local-cpu"), "nodes": (int, None),
-    "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, DEFAULT_PRECISION), "memory": ((int, float), None),
+    "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, None), "memory": ((int, float), None),
     "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
     "reduce_dtypes": (list, None), "powersgd_ranks": (list, None), "offload": (str, None), "host_memory": ((int, float), None),
     "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
@@ -113,7 +113,7 @@ def resolve_run(args: argparse.Namespace) -> dict[str, Any]:
     flags = {"model": args.zoo_name, **{k: getattr(args, k, None) for k in FIELDS if k != "model"}}
     run.update({k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
                 for k, v in flags.items() if v is not None})
-    if run["precision"] not in PRECISIONS:
+    if run["precision"] is not None and run["precision"] not in PRECISIONS:
         raise ConfigError(f"precision {run['precision']!r}: choose one of {', '.join(PRECISIONS)}")
     if run["optimizer"] not in OPTIMIZERS:
         raise ConfigError(f"optimizer {run['optimizer']!r}: choose one of {', '.join(OPTIMIZERS)}")
@@ -287,6 +287,10 @@ def run_cli(args: argparse.Namespace) -> int:
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     cluster = _cluster(run, world, on_gpu)
+    if run["precision"] is None and not run["plan"]:  # bf16 on GPUs, fp32 on CPUs, said once
+        run["precision"], line = default_precision(cluster)
+        if rank == 0:
+            print(line, file=sys.stderr)
     wanted = AutoBatch.parse(run["batch"], run["tokens_per_step"])  # an int, or the search chooses
     batch = wanted if isinstance(wanted, int) else 2 * world
     torch.manual_seed(run["seed"])

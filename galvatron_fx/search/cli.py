@@ -20,7 +20,7 @@ import time
 def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.cluster import Cluster
-    from galvatron_fx.commands import DEFAULT_PRECISION, offload_space
+    from galvatron_fx.commands import default_precision, offload_space
     from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
     from galvatron_fx.search.planner import plan
@@ -39,7 +39,11 @@ def run_cli(args: argparse.Namespace) -> int:
                         offload=offload_space(args.offload),
                         host_memory_budget=int(args.host_memory * 2**30) if args.host_memory is not None else None)
     budget = int(args.memory * 2**30) if args.memory is not None else None
-    p = plan(mg, cluster, global_batch_size=batch, memory_budget=budget, search=space, precision=args.precision or DEFAULT_PRECISION,
+    precision = args.precision
+    if precision is None:
+        precision, line = default_precision(cluster)
+        print(line, file=sys.stderr)
+    p = plan(mg, cluster, global_batch_size=batch, memory_budget=budget, search=space, precision=precision,
              name=source.name, progress=sys.stderr.isatty(), baselines=not args.no_baselines)
     print(p.explain())
     if args.layer:

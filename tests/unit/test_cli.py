@@ -84,10 +84,13 @@ def test_plan_on_a_hugging_face_config(tmp_path, capsys):
     rc = main(["plan", "--hf-config", str(cfg.parent), "--cluster", "dgx-a100-80g", "--nodes", "1", "--batch", "16",
                "--seq", "64", "--no-baselines", "--ilp-prices", "--tp", "1,2", "--pp", "1", "--out", str(out)])
     assert rc == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("plan for tiny-llama on 8 devices in fp32:"), first
+    said = capsys.readouterr()
+    first = said.out.splitlines()[0]
+    # no --precision on GPUs: bf16, and a line says so
+    assert first.startswith("plan for tiny-llama on 8 devices in bf16:"), first
+    assert "precision bf16 (mixed: fp32 masters), the default on A100" in said.err, said.err
     p = ParallelPlan.load(out)
-    assert p.model == "tiny-llama" and p.precision == "fp32" and p.world_size == 8
+    assert p.model == "tiny-llama" and p.precision == "bf16" and p.world_size == 8
     names = [lp.name for lp in p.layers]
     assert any("layers.0" in n for n in names) and any("layers.1" in n for n in names)
     # the saved plan lowers for the same config
