@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Automatic hybrid-parallel training for PyTorch models.",
     )
     _verbose(parser, default=False)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments, target) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -35,6 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(p)
         p.set_defaults(_target=target)
     return parser
+
+
+def version() -> str:
+    """``galvatron-fx X (torch Y, Python Z)`` from the installed packages' metadata (no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    def of(name: str) -> str:
+        try:
+            return installed(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"galvatron-fx {of('galvatron_fx')} (torch {of('torch')}, Python {sys.version.split()[0]})"
 
 
 def _runner(target: str):

@@ -224,6 +224,13 @@ def _train(p: argparse.ArgumentParser) -> None:
                    help="profile the third step and every N after it for compute density (default 10; 0: never)")
 
 
+def _explain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", type=Path, metavar="PLAN.json", help="a saved plan (galvatron-fx plan --out, plan.save)")
+    p.add_argument("--layer", default=None, help="also explain this layer's choice against its alternatives")
+    p.add_argument("--alternative", default=None, metavar="LABEL",
+                   help="with --layer: compare against this alternative (a label such as tp4.zero3)")
+
+
 def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", type=Path, metavar="PLAN.json", help="a saved plan (galvatron-fx plan --out, plan.save)")
     p.add_argument("--run", type=Path, default=None, metavar="DIR",
@@ -245,6 +252,8 @@ COMMANDS = {
               _train, "galvatron_fx.train_cli:run_cli"),
     "export": ("write a checkpoint's trained weights as safetensors or a Hugging Face directory", _export,
                "galvatron_fx.runtime.weights:run_cli"),
+    "explain": ("explain a saved plan: its layers, stages and predictions; --layer: one layer's choice against "
+                "its alternatives", _explain, "galvatron_fx.search.cli:explain_cli"),
     "report": ("write a plan (and a training run's measurements) as one self-contained HTML page", _report,
                "galvatron_fx.report_html:run_cli"),
 }

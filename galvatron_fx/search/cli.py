@@ -53,3 +53,24 @@ def run_cli(args: argparse.Namespace) -> int:
         p.save(args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def explain_cli(args) -> int:
+    """``galvatron-fx explain PLAN.json [--layer L [--alternative A]]``: the plan's report (no
+    model, no search: the plan file alone)."""
+    from galvatron_fx.errors import ConfigError
+    from galvatron_fx.ir.plan import ParallelPlan
+
+    plan = ParallelPlan.load(args.plan)
+    if args.alternative is not None and args.layer is None:
+        raise ConfigError("--alternative needs --layer: galvatron-fx explain PLAN.json --layer blocks.3 "
+                          "--alternative tp4.zero3")
+    if args.layer is not None and args.layer not in {lp.name for lp in plan.layers}:
+        names = [lp.name for lp in plan.layers]
+        raise ConfigError(f"--layer {args.layer!r}: the plan has no such layer; its layers are "
+                          f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}")
+    print(plan.explain())
+    if args.layer is not None:
+        print()
+        print(plan.explain(args.layer, args.alternative))
+    return 0

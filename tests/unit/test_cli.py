@@ -46,7 +46,7 @@ def build(batch_size, seq_len, device):
 
 def test_help_answers_without_importing_torch():
     code = ("import sys\nfrom galvatron_fx.cli import main\n"
-            "for argv in (['--help'], ['plan', '--help'], ['inspect', '--help']):\n"
+            "for argv in (['--help'], ['plan', '--help'], ['inspect', '--help'], ['--version']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -55,6 +55,16 @@ def test_help_answers_without_importing_torch():
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "galvatron_fx.cli", "plan", "--help"], capture_output=True, check=True)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_version_says_what_is_installed(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    import torch
+
+    assert out.startswith("galvatron-fx 0.") and f"torch {torch.__version__.split('+')[0]}" in out, out
 
 
 def test_verbose_before_or_after_the_command():
@@ -93,6 +103,14 @@ def test_plan_on_a_hugging_face_config(tmp_path, capsys):
     assert p.model == "tiny-llama" and p.precision == "bf16" and p.world_size == 8
     names = [lp.name for lp in p.layers]
     assert any("layers.0" in n for n in names) and any("layers.1" in n for n in names)
+    # the saved plan explained from its file alone, a layer against its alternatives
+    capsys.readouterr()
+    assert main(["explain", str(out), "--layer", names[1]]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("plan for tiny-llama on 8 devices") and names[1] in said.split("\n\n", 1)[1]
+    assert main(["explain", str(out), "--layer", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--layer 'nope': the plan has no such layer" in err and names[0] in err
     # the saved plan lowers for the same config
     assert main(["lower", "--hf-config", str(cfg), "--plan", str(out), "--out", str(tmp_path / "low")]) in (0, 1)
     summary = json.loads((tmp_path / "low" / "summary.json").read_text())
