@@ -204,9 +204,10 @@ def compile(model: nn.Module, cluster, example_inputs: Sequence[torch.Tensor] | 
     the cost model, re-plans and switches in place when that pays, logging why
     (:mod:`galvatron_fx.runtime.adaptive`; ``pm.observe``/``refit``/``replan`` do it by hand).
     ``inputs``: ``"global"`` (every rank passes the whole global batch to ``train_step`` /
-    ``forward_backward``) or ``"local"`` (each rank passes its data-parallel share,
-    ``global_batch_size // pm.data_parallel_size`` samples, ``pm.sampler(dataset)``:
-    :mod:`galvatron_fx.runtime.local_inputs`)."""
+    ``forward_backward``), ``"local"`` (each rank passes its data-parallel share,
+    ``global_batch_size // pm.data_parallel_size`` samples, ``pm.sampler(dataset)``) or ``"rank"``
+    (every rank passes ``global_batch_size // world_size`` samples of its own, as under
+    ``DistributedDataParallel``): :mod:`galvatron_fx.runtime.local_inputs`."""
     # (the planner's placement search may have set up a stand-in "fake" group in this process)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "fake":
         raise PlanError("galvatron_fx.compile needs an initialised process group: run under torchrun "

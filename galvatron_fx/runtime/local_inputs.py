@@ -18,6 +18,12 @@ step's activations) and concatenated in replica order into the global batch, whi
 as in ``"global"`` mode, so every plan (mixed meshes, pipelines, coupled losses) trains as it
 does on that global batch. The batch guard compares shapes and dtypes, not values, on every
 step in this mode (a share of another shape would make the gather fail).
+
+``inputs="rank"`` is the contract of ``DistributedDataParallel`` and of the loops and trainers
+written for it (Hugging Face ``Trainer``, ``accelerate``): every rank passes
+``global_batch_size / world_size`` samples of its own (a ``DistributedSampler`` over all ranks:
+:meth:`LocalInputs.sampler` in this mode), and the global batch is every rank's, in rank order,
+whatever the plan's data-parallel degrees.
 """
 
 from __future__ import annotations
@@ -32,14 +38,15 @@ from galvatron_fx.errors import ConfigError
 
 __all__ = ["LocalInputs", "MODES", "check_inputs_mode"]
 
-MODES = ("global", "local")
+MODES = ("global", "local", "rank")
 
 
 def check_inputs_mode(mode: str) -> None:
     """A :class:`ConfigError` saying what to pass where ``mode`` is none of :data:`MODES`."""
     if mode not in MODES:
-        raise ConfigError(f"inputs={mode!r}: use 'global' (every rank passes the whole global batch) or "
-                          "'local' (each rank passes its data-parallel share: pm.sampler(dataset))")
+        raise ConfigError(f"inputs={mode!r}: use 'global' (every rank passes the whole global batch), 'local' "
+                          "(each rank passes its data-parallel share: pm.sampler(dataset)) or 'rank' (every rank "
+                          "passes samples of its own, as under DistributedDataParallel)")
 
 
 class LocalInputs:
@@ -48,7 +55,8 @@ class LocalInputs:
     inputs_mode = "global"
 
     def set_inputs(self, mode: str) -> None:
-        """``"global"`` (every rank passes the whole global batch) or ``"local"`` (its share)."""
+        """``"global"`` (every rank passes the whole global batch), ``"local"`` (its replica's
+        share) or ``"rank"`` (a share of its own)."""
         check_inputs_mode(mode)
         self.__dict__["inputs_mode"] = mode
         self.guard.values = mode == "global"
@@ -70,6 +78,9 @@ class LocalInputs:
         ``inputs="local"`` mode; call its ``set_epoch`` each epoch)."""
         from torch.utils.data.distributed import DistributedSampler
 
+        if self.inputs_mode == "rank":  # every rank reads samples of its own
+            return DistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(),
+                                      shuffle=shuffle, seed=seed, drop_last=drop_last)
         return DistributedSampler(dataset, num_replicas=self.data_parallel_size, rank=self.data_parallel_rank,
                                   shuffle=shuffle, seed=seed, drop_last=drop_last)
 
@@ -77,9 +88,12 @@ class LocalInputs:
         """The global batch from every rank's share (``"local"``), or ``tensors`` as given."""
         if self.inputs_mode == "global":
             return list(tensors)
-        d = self.data_parallel_size
-        first = self.plan.stage_ranks[0]
-        readers = [first[k * (len(first) // d)] for k in range(d)]  # one rank of each replica
+        if self.inputs_mode == "rank":  # every rank's own samples, in rank order
+            readers = list(range(dist.get_world_size()))
+        else:
+            d = self.data_parallel_size
+            first = self.plan.stage_ranks[0]
+            readers = [first[k * (len(first) // d)] for k in range(d)]  # one rank of each replica
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
         out = []
         for x in tensors:

@@ -376,7 +376,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             "outputs" not in self.mg.input_names else False
         one = len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple))  # a batch as one value
         inputs = self.mg.bind_inputs(inputs[0] if one else inputs, kwargs)
-        if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
+        if self.inputs_mode != "global":  # the shares' shapes compared before they are gathered
             with self.guard.section("forward", (inputs, self.mg.input_names), check=True):
                 inputs = self._global_inputs(inputs)
         if outputs:

@@ -382,7 +382,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             del kwargs["outputs"]
         batch = inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple)) else inputs
         args = tuple(self.mg.bind_inputs(batch, kwargs))
-        if self.inputs_mode == "local":  # the shares' shapes compared before they are gathered
+        if self.inputs_mode != "global":  # the shares' shapes compared before they are gathered
             with self.guard.section("forward", (args, self.mg.input_names), check=True):
                 args = tuple(self._global_inputs(args))
         self._check_planned(args)  # (every rank: each was given the batch)
@@ -405,7 +405,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
         every rank. The first stage's ranks, which read the batch, compare it on the first step and
         every ``guard.check_every`` steps; a peer that stops answering ends the step with a
         ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
-        if self.inputs_mode == "local":  # every rank's share, gathered; the first stage reads the whole
+        if self.inputs_mode != "global":  # every rank's share, gathered; the first stage reads the whole
             args = tuple(self.mg.bind_inputs(batch))
             with self.guard.step((args, self.mg.input_names)):
                 whole = tuple(self._global_inputs(args))  # (a collective: every rank gathers)

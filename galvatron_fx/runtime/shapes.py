@@ -4,9 +4,9 @@ batch, a shorter sequence, under the same plan.
 Contract: :class:`ShapeVariants` is a base of ``ParallelModule``; the host calls
 :meth:`ShapeVariants._init_shapes` at the end of its ``__init__`` and routes every batch through
 :meth:`ShapeVariants._micro_batches` and every micro-batch through :meth:`ShapeVariants._activate`.
-A batch may be any size up to the planned global batch and every other dim up to the captured
-one (a larger one would need memory the plan did not price: refused, saying to re-plan). It runs
-as ``m'`` equal micro-batches, ``m'`` the fewest that keep each at most the planned micro-batch
+A batch may be any size, and every other dim up to the captured one (a longer one would need
+memory the plan did not price: refused, saying to re-plan). It runs as ``m'`` equal
+micro-batches, ``m'`` the fewest that keep each at most the planned micro-batch
 and divisible by every layer's data-parallel degree (the planned shape: the plan's own ``m``); a
 batch no such split exists for is refused, naming its shape and what to pass instead.
 
@@ -100,7 +100,7 @@ class ShapeVariants:
                 continue
             return [[x.chunk(m, dim=0)[i] if isinstance(x, torch.Tensor) and x.ndim >= 1 else x for x in batch]
                     for i in range(m)]
-        local = getattr(self, "inputs_mode", "global") == "local"
+        local = getattr(self, "inputs_mode", "global") != "global"
         raise ConfigError(
             f"a batch of {n} samples{' (the shares gathered)' if local else ''} cannot run under this plan: it runs "
             f"in equal micro-batches of at most {planned_micro} samples, each split evenly over data-parallel degree "
@@ -108,25 +108,23 @@ class ShapeVariants:
             f"samples (a DataLoader's drop_last=True, or pad the last batch)")
 
     def _check_sizes(self, batch: Sequence) -> None:
-        """Every dim of every input at most the captured micro-batch's (the batch at most the
-        planned global batch)."""
+        """Every dim of every input but the batch at most the captured micro-batch's (the batch
+        may be any size that splits into micro-batches no larger than the planned one)."""
         names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]
         if len(batch) != len(names):
             raise ValueError(f"expected inputs ({', '.join(names)}), got {len(batch)}")
-        gbs = self.plan.global_batch_size
         for name, x, want in zip(names, batch, shapes):
             if not isinstance(x, torch.Tensor) or not want:
                 continue
             if x.ndim != len(want):
                 raise ValueError(f"input {name!r} has shape {list(x.shape)}; the model was captured with "
                                  f"{list(want)} per micro-batch ({len(want)} dims)")
-            limit = (max(gbs, want[0]),) + want[1:]
-            if any(g > w for g, w in zip(x.shape, limit)):
+            if any(g > w for g, w in zip(x.shape[1:], want[1:])):
                 raise ConfigError(
-                    f"input {name!r} of shape {list(x.shape)} is larger than this plan runs: at most {list(limit)} "
-                    f"(a global batch of {gbs}, micro-batches of {list(want)}), the memory the plan was made for. "
-                    "Pass smaller batches, or re-plan for the larger shape (pm.replan(seq_len=..., "
-                    "global_batch_size=...), or compile with that example)")
+                    f"input {name!r} of shape {list(x.shape)} is larger than this plan runs: at most "
+                    f"{['any'] + list(want[1:])} (micro-batches of {list(want)}), the memory the plan was made for. "
+                    "Pass shorter sequences, or re-plan for the longer one (pm.replan(seq_len=...), or compile "
+                    "with that example)")
 
     # ---- variants ------------------------------------------------------------------------------
     def _activate(self, inputs: Sequence) -> None:
