@@ -192,7 +192,7 @@ def _memory(plan) -> str:
 
 
 def _timeline(plan) -> str:
-    from galvatron_fx.ir.plan_trace import predicted_timeline
+    from galvatron_fx.plan_trace import predicted_timeline
 
     schedule = plan.schedule if plan.pp > 1 else "1f1b"
     try:

@@ -267,9 +267,15 @@ def _evaluate(pm, val, batches: int) -> float:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from galvatron_fx import model_source
+
+    run = resolve_run(args)  # every key checked before torch is imported: a bad config says so at once
+    init_dir = run["init"][3:] if run["init"] else None
+    hf_config = run["hf_config"] or (init_dir if init_dir and not run["model"] and not run["factory"] else None)
+    source = model_source.resolve(zoo_name=run["model"], hf_config=hf_config, factory=run["factory"])
+
     import torch
 
-    from galvatron_fx import model_source
     from galvatron_fx.api import _resized, compile as gfx_compile
     from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.ir.strategy import Precision
@@ -278,10 +284,6 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx.search.candidates import SearchSpace
     from galvatron_fx.train_recipe import format_line, init_from_hf, lr_at, param_groups, tensorboard_writer
 
-    run = resolve_run(args)
-    init_dir = run["init"][3:] if run["init"] else None
-    hf_config = run["hf_config"] or (init_dir if init_dir and not run["model"] and not run["factory"] else None)
-    source = model_source.resolve(zoo_name=run["model"], hf_config=hf_config, factory=run["factory"])
     dist = _init_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     on_gpu = torch.cuda.is_available()

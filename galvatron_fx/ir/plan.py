@@ -332,8 +332,8 @@ class ParallelPlan:
     def chrome_trace(self, path: str | os.PathLike) -> Path:
         """Write this plan's predicted step as a Chrome trace (``chrome://tracing``, Perfetto):
         one row per pipeline stage, one event per forward or backward of a micro-batch. See
-        :mod:`galvatron_fx.ir.plan_trace`."""
-        from galvatron_fx.ir.plan_trace import write_chrome_trace
+        :mod:`galvatron_fx.plan_trace`."""
+        from galvatron_fx.plan_trace import write_chrome_trace
 
         return write_chrome_trace(self, path)
 

@@ -74,7 +74,7 @@ from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.shapes import ShapeVariants
-from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop
+from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop, finish_step
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
@@ -84,7 +84,7 @@ from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ParallelModule", "device_type", "option_from_plan"]
+__all__ = ["ParallelModule", "device_type", "finish_step", "option_from_plan"]
 
 R = Replicate()
 
@@ -390,30 +390,6 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             loss = SyncOnBackward.apply(loss, self)
         return loss
 
-    def _with_outputs(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys in its
-        output (a Hugging Face model's ``logits``), each whole on every rank: batched ones
-        concatenated over the micro-batches, others averaged."""
-        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
-        per_micro, sizes = [], []
-        for mb in self._micro_batches(inputs):
-            sizes.append(next((x.shape[0] for x in mb if isinstance(x, torch.Tensor) and x.ndim >= 1), None))
-            self._loss_prepare(mb)
-            values = self.run_layers(dict(zip(self.mg.input_names, mb)), names)
-            per_micro.append([v.full_tensor() if isinstance(v, DTensor) else v for v in values])
-        out: dict[str, torch.Tensor] = {}
-        for k, name in enumerate(names):
-            vs = [m[k] for m in per_micro]
-            key = self.mg.output_keys.get(name, name)
-            if len(vs) == 1:
-                out[key] = vs[0]
-            elif all(v.ndim >= 1 for v in vs) and (name in self.mg.batched if self.mg.batched else
-                                                   all(v.shape[0] == n for v, n in zip(vs, sizes))):
-                out[key] = torch.cat(vs)
-            else:
-                out[key] = torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
-        return out
-
     def _loss_prepare(self, inputs: Sequence[torch.Tensor]) -> None:
         wait_in_flight()
         self._activate(inputs)
@@ -611,20 +587,3 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         from galvatron_fx.runtime.checkpoint import load_full_state_dict
 
         return load_full_state_dict(self, state_dict, strict=strict)
-
-
-def finish_step(module, optimizer, ok: bool, max_norm: float | None, scheduler) -> None:
-    """The end of a step after the gradient sync: clip, step and zero (``optimizer`` None:
-    :meth:`ParallelModule.forward_backward`, which leaves the gradients, none after an fp16
-    overflow ``ok`` False)."""
-    if optimizer is None:
-        if not ok:
-            module.zero_grad(set_to_none=True)
-        return
-    if ok:
-        if max_norm is not None:
-            module.clip_grad_norm_(max_norm)
-        optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)

@@ -58,9 +58,9 @@ from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
-from galvatron_fx.runtime.user_loop import UserLoop
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
-from galvatron_fx.runtime.parallel_module import ParallelModule, device_type, finish_step
+from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
+from galvatron_fx.runtime.user_loop import UserLoop, finish_step
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.weights import WeightsOut

@@ -17,6 +17,9 @@ gradient step reads :attr:`UserLoop.syncing`. It gives:
 - ``loss = pm(batch); loss.backward()`` for a plan without pipeline stages: the gradient sync runs
   when that backward ends (an autograd callback, as DDP queues its own, after FSDP's), unless inside
   ``no_sync``. ``sync_on_backward = False`` turns it off for callers that sync themselves.
+- ``pm(batch, outputs=True)`` (a plan without pipeline stages): the loss and the model's other
+  outputs by their keys in its output, gathered whole; and :func:`finish_step`, the end of a
+  step both modules share (clip, step, schedule, zero).
 
 Algorithm: ``no_sync`` sets a flag the hosts' steps read (no bucket armed, no ``sync_grads``, no
 unscale) and FSDP2's own ``set_requires_gradient_sync(False)`` on every FSDP unit of the bodies,
@@ -26,12 +29,13 @@ restored on exit.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
-__all__ = ["UserLoop", "SyncOnBackward"]
+__all__ = ["SyncOnBackward", "UserLoop", "finish_step"]
 
 
 class SyncOnBackward(torch.autograd.Function):
@@ -94,6 +98,30 @@ class UserLoop:
             for r in roots:
                 r.set_requires_gradient_sync(True, recurse=True)
 
+    def _with_outputs(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys in its
+        output (a Hugging Face model's ``logits``), each whole on every rank: batched ones
+        concatenated over the micro-batches, others averaged."""
+        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
+        per_micro, sizes = [], []
+        for mb in self._micro_batches(inputs):
+            sizes.append(next((x.shape[0] for x in mb if isinstance(x, torch.Tensor) and x.ndim >= 1), None))
+            self._loss_prepare(mb)
+            values = self.run_layers(dict(zip(self.mg.input_names, mb)), names)
+            per_micro.append([v.full_tensor() if isinstance(v, DTensor) else v for v in values])
+        out: dict[str, torch.Tensor] = {}
+        for k, name in enumerate(names):
+            vs = [m[k] for m in per_micro]
+            key = self.mg.output_keys.get(name, name)
+            if len(vs) == 1:
+                out[key] = vs[0]
+            elif all(v.ndim >= 1 for v in vs) and (name in self.mg.batched if self.mg.batched else
+                                                   all(v.shape[0] == n for v, n in zip(vs, sizes))):
+                out[key] = torch.cat(vs)
+            else:
+                out[key] = torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
+        return out
+
     def _sync_after_backward(self) -> None:
         # queued when backward starts, so before FSDP's own end-of-backward callback (queued by
         # its first unit's backward), whose reduce-scatters and host copies the sync reads:
@@ -103,3 +131,20 @@ class UserLoop:
     def _sync_now(self) -> None:
         if self.syncing:
             self.sync_grads()
+
+
+def finish_step(module, optimizer, ok: bool, max_norm: float | None, scheduler) -> None:
+    """The end of a step after the gradient sync: clip, step and zero (``optimizer`` None:
+    :meth:`ParallelModule.forward_backward`, which leaves the gradients, none after an fp16
+    overflow ``ok`` False)."""
+    if optimizer is None:
+        if not ok:
+            module.zero_grad(set_to_none=True)
+        return
+    if ok:
+        if max_norm is not None:
+            module.clip_grad_norm_(max_norm)
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)

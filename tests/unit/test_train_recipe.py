@@ -109,3 +109,17 @@ def test_init_from_a_save_pretrained_directory(tmp_path):
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(ConfigError, match="cannot read model.safetensors"):
         init_from_hf(fresh, tmp_path / "hf")
+
+
+def test_a_bad_run_config_is_refused_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('model = "gpt-tiny"\nlr = nan\n')
+    code = ("import sys\nfrom galvatron_fx.cli import main\n"
+            f"rc = main(['train', '--config', {str(cfg)!r}])\n"
+            "print(rc, 'TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "NO-TORCH"], proc.stdout + proc.stderr[-2000:]
+    assert "lr = nan: give a positive learning rate" in proc.stderr
