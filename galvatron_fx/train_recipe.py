@@ -224,21 +224,13 @@ def tensorboard_writer(directory: Path):
     return SummaryWriter(str(directory))
 
 
+# a log line's fields after the step, in order: (metrics key, how it reads)
+_LINE = (("loss", lambda v: f"loss {v:.4f}"), ("val_loss", lambda v: f"val loss {v:.4f}"),
+         ("lr", lambda v: f"lr {v:.2e}"), ("grad_norm", lambda v: f"grad norm {v:.3f}"),
+         ("tokens_per_s", lambda v: f"{v:,.0f} tok/s"), ("mfu", lambda v: f"MFU {100 * v:.2f}%"),
+         ("memory_bytes", lambda v: f"mem {v / 2**30:.2f} GiB"))
+
+
 def format_line(rec: dict[str, Any], steps: int) -> str:
     """One log line of a metrics record (what is None is left out)."""
-    parts = [f"step {rec['step']}/{steps}"]
-    if rec.get("loss") is not None:
-        parts.append(f"loss {rec['loss']:.4f}")
-    if rec.get("val_loss") is not None:
-        parts.append(f"val loss {rec['val_loss']:.4f}")
-    if rec.get("lr") is not None:
-        parts.append(f"lr {rec['lr']:.2e}")
-    if rec.get("grad_norm") is not None:
-        parts.append(f"grad norm {rec['grad_norm']:.3f}")
-    if rec.get("tokens_per_s") is not None:
-        parts.append(f"{rec['tokens_per_s']:,.0f} tok/s")
-    if rec.get("mfu") is not None:
-        parts.append(f"MFU {100 * rec['mfu']:.2f}%")
-    if rec.get("memory_bytes") is not None:
-        parts.append(f"mem {rec['memory_bytes'] / 2**30:.2f} GiB")
-    return " | ".join(parts)
+    return " | ".join([f"step {rec['step']}/{steps}"] + [say(rec[k]) for k, say in _LINE if rec.get(k) is not None])
