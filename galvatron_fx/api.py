@@ -42,6 +42,7 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan, cluster_differences, model_mismatch
 from galvatron_fx.runtime.guard import PLANNING_TIMEOUT, StepGuard, agree, patience, set_timeout
 from galvatron_fx.runtime.local_inputs import check_inputs_mode
+from galvatron_fx.runtime.precision import runtime_model as _runtime_model
 from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
@@ -54,20 +55,6 @@ def _resize(x: torch.Tensor, batch: int) -> torch.Tensor:
         return x
     reps = -(-batch // x.shape[0])
     return x.repeat(reps, *([1] * (x.ndim - 1)))[:batch].clone()
-
-
-def _runtime_model(model: nn.Module, precision: str) -> nn.Module:
-    """The model to capture the runtime graph from: itself in fp32; under mixed precision a copy
-    in the compute dtype, so that the graph keeps the model's own upcasts (a norm's
-    ``x.float()`` and ``type_as(x)`` are no-ops, and vanish, when captured in fp32). The
-    executors still take the user's fp32 parameters (by name) and read them in the compute dtype."""
-    if precision == "fp32":
-        return model
-    import copy
-
-    from galvatron_fx.runtime.precision import COMPUTE_DTYPES
-
-    return copy.deepcopy(model).to(COMPUTE_DTYPES[precision])
 
 
 def check_same_plan(plan: ParallelPlan) -> None:

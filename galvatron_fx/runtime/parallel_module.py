@@ -354,9 +354,11 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         return full.contiguous()  # (the program was traced on contiguous inputs: a sliced one is copied)
 
     def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The mean loss of a batch as a plain tensor, the same on every rank: one micro-batch (at
-        the captured shape) or the whole global batch (its ``num_microbatches`` micro-batches run
-        one after another, every one's activations kept for backward); full inputs identical on
+        """The mean loss of a batch as a plain tensor, the same on every rank: a batch of any size
+        (the global batch runs as its ``num_microbatches`` micro-batches, one after another,
+        every one's activations kept for backward; other sizes as :mod:`~galvatron_fx.runtime.shapes`
+        splits them); ``outputs=True``: a dict of the loss and the model's other outputs by key;
+        full inputs identical on
         every rank, or each rank's data-parallel share with ``inputs="local"``; positional and
         keyword as the model was captured, or the batch as one value (a mapping of names to tensors, or
         a sequence in the model's positional order).
@@ -372,13 +374,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
         is the gradient of that mean.
         """
-        outputs = kwargs.pop("outputs", False) if isinstance(kwargs.get("outputs"), bool) and \
-            "outputs" not in self.mg.input_names else False
-        one = len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple))  # a batch as one value
-        inputs = self.mg.bind_inputs(inputs[0] if one else inputs, kwargs)
-        if self.inputs_mode != "global":  # the shares' shapes compared before they are gathered
-            with self.guard.section("forward", (inputs, self.mg.input_names), check=True):
-                inputs = self._global_inputs(inputs)
+        inputs, outputs = self._call_inputs(inputs, kwargs)
         if outputs:
             return self._with_outputs(inputs)
         losses = []
@@ -401,10 +397,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         code)."""
         inputs = self.mg.bind_inputs(inputs)
         self._check_inputs(inputs)
-        wait_in_flight()
-        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
-        values = self.run_layers(dict(zip(self.mg.input_names, inputs)), names)
-        return tuple(v.full_tensor() if isinstance(v, DTensor) else v for v in values)
+        return tuple(self._gathered_outputs(inputs))
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]

@@ -375,16 +375,11 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
                             "yourself) or pm.train_step(batch, optimizer); or plan without pipeline stages "
                             "(search={'pp': (1,)}) to keep a loss.backward() loop. Under torch.no_grad(), "
                             "pm(batch) evaluates the batch's loss")
-        if kwargs.get("outputs") is True and "outputs" not in self.mg.input_names:
+        args, outputs = self._call_inputs(inputs, kwargs)
+        if outputs:
             raise ConfigError("pm(batch, outputs=True) needs a plan without pipeline stages (search={'pp': (1,)}): "
                               "a pipeline's last stage hands on its loss only")
-        if kwargs.get("outputs") is False and "outputs" not in self.mg.input_names:
-            del kwargs["outputs"]
-        batch = inputs[0] if len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple)) else inputs
-        args = tuple(self.mg.bind_inputs(batch, kwargs))
-        if self.inputs_mode != "global":  # the shares' shapes compared before they are gathered
-            with self.guard.section("forward", (args, self.mg.input_names), check=True):
-                args = tuple(self._global_inputs(args))
+        args = tuple(args)
         self._check_planned(args)  # (every rank: each was given the batch)
         args = args if self._first else ()
         losses: list[torch.Tensor] = []

@@ -29,7 +29,7 @@ from torch.distributed.tensor import DTensor
 
 from galvatron_fx.errors import PrecisionError
 
-__all__ = ["COMPUTE_DTYPES", "LossScaler"]
+__all__ = ["COMPUTE_DTYPES", "LossScaler", "runtime_model"]
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -104,3 +104,15 @@ class LossScaler:
         self.scale = max(scale, self.min_scale) if math.isfinite(scale) else self.min_scale
         self.good_steps, self.skipped = int(state["good_steps"]), int(state["skipped"])
         self.overflows_at_min_scale = int(state.get("overflows_at_min_scale", 0))
+
+
+def runtime_model(model, precision: str):
+    """The model to capture the runtime graph from: itself in fp32; under mixed precision a copy
+    in the compute dtype, so that the graph keeps the model's own upcasts (a norm's
+    ``x.float()`` and ``type_as(x)`` are no-ops, and vanish, when captured in fp32). The
+    executors still take the user's fp32 parameters (by name) and read them in the compute dtype."""
+    if precision == "fp32":
+        return model
+    import copy
+
+    return copy.deepcopy(model).to(COMPUTE_DTYPES[precision])

@@ -32,7 +32,6 @@ import dataclasses
 import logging
 import math
 import time
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -70,6 +69,8 @@ class ShapeVariants:
         d["_active"] = None  # the signature whose state the executors hold (None: the captured one)
         d["_recaptures"] = 0
         d["_base_sig"] = tuple((tuple(s), None) for s in self.mg.example_shapes)
+        # a micro-batch splits evenly over every layer's data-parallel degree
+        d["_dp_lcm"] = math.lcm(*(self.plan.layers[i].dp for i in self.layer_ids))
 
     # ---- what the user sees -------------------------------------------------------------------
     def release_model(self) -> None:
@@ -93,7 +94,7 @@ class ShapeVariants:
             return [batch]
         n = first.shape[0]
         planned_micro = self.mg.example_shapes[0][0] if self.mg.example_shapes and self.mg.example_shapes[0] else n
-        dp = math.lcm(*(lp.dp for lp in (self.plan.layers[i] for i in self.layer_ids)))
+        dp = self._dp_lcm
         coupled = bool(self.mg.coupled())
         for m in range(1, n + 1):
             if n % m or n // m > planned_micro or (n // m) % dp or (coupled and m > 1):
@@ -173,8 +174,8 @@ class ShapeVariants:
         return tuple(pos[i] for i in sorted(pos)), kw
 
     def _recapture(self, inputs: Sequence):
-        from galvatron_fx.api import _runtime_model
         from galvatron_fx.capture import capture
+        from galvatron_fx.runtime.precision import runtime_model
 
         model = self._shape_model if self._shape_model is not None else \
             self._user_model_ref() if self._user_model_ref is not None else None
@@ -184,7 +185,7 @@ class ShapeVariants:
                               "needs the model captured again at that shape, but pm.release_model() let it go: "
                               "pass batches of the shapes already run, or keep the model")
         args, kwargs = self._call_form(inputs)
-        return capture(_runtime_model(model, self.plan.precision), args, self._capture_loss_fn,
+        return capture(runtime_model(model, self.plan.precision), args, self._capture_loss_fn,
                        example_kwargs=kwargs, annotate=False, probe=False, name=self.mg.name)
 
     def _build_variant(self, sig: tuple, inputs: Sequence) -> None:

@@ -1,7 +1,7 @@
 """user_loop — what a training loop written for ``DistributedDataParallel`` expects of a module.
 
 Contract: :class:`UserLoop` is a base of ``ParallelModule`` and ``PipelineModule``; it reads the
-host's executors (through :func:`~galvatron_fx.runtime.checkpoint_slots._bodies`), and the host's
+host's executors (its own, or a pipeline's chunks' bodies'), and the host's
 gradient step reads :attr:`UserLoop.syncing`. It gives:
 
 - ``named_parameters()`` by the user's FQNs (``model.named_parameters()``'s names), so that
@@ -60,11 +60,14 @@ class UserLoop:
     syncing = True  # False inside no_sync()
     sync_on_backward = True
 
-    def _fqn_of_param(self) -> dict[int, str]:
-        from galvatron_fx.runtime.checkpoint_slots import _bodies
+    def _loop_bodies(self) -> list:
+        """The ParallelModule bodies on this rank: this module, or a pipeline's chunks' bodies."""
+        chunks = getattr(self, "chunks", None)
+        return [self] if chunks is None else [ch.body for ch in chunks]
 
+    def _fqn_of_param(self) -> dict[int, str]:
         out: dict[int, str] = {}
-        for body in _bodies(self):
+        for body in self._loop_bodies():
             for ex in body.executors:
                 for key, fqn in ex.fqn_of_key.items():
                     out.setdefault(id(ex.params[key]), fqn)
@@ -82,12 +85,10 @@ class UserLoop:
     def no_sync(self):
         """Accumulate gradients over the backward passes inside, without syncing them (see the
         module doc); collective in effect: every rank enters and leaves it at the same calls."""
-        from galvatron_fx.runtime.checkpoint_slots import _bodies
-
         if not self.syncing:  # nested: the outer one restores
             yield
             return
-        roots = [r for r in (getattr(b, "_fsdp_root_module", None) for b in _bodies(self)) if r is not None]
+        roots = [r for r in (getattr(b, "_fsdp_root_module", None) for b in self._loop_bodies()) if r is not None]
         self.__dict__["syncing"] = False
         for r in roots:
             r.set_requires_gradient_sync(False, recurse=True)
@@ -98,6 +99,21 @@ class UserLoop:
             for r in roots:
                 r.set_requires_gradient_sync(True, recurse=True)
 
+    def _call_inputs(self, inputs: tuple, kwargs: dict) -> tuple[list, bool]:
+        """A call's batch (positional and keyword as captured, or one mapping or sequence) as the
+        global batch's tensors (each rank's share gathered, its shape compared first, outside
+        ``inputs="global"``), and whether it asked for ``outputs=True``."""
+        outputs = False
+        if "outputs" not in self.mg.input_names and isinstance(kwargs.get("outputs"), bool):
+            kwargs = dict(kwargs)
+            outputs = kwargs.pop("outputs")
+        one = len(inputs) == 1 and not kwargs and isinstance(inputs[0], (dict, list, tuple))  # a batch as one value
+        tensors = self.mg.bind_inputs(inputs[0] if one else inputs, kwargs)
+        if self.inputs_mode != "global":  # the shares' shapes compared before they are gathered
+            with self.guard.section("forward", (tensors, self.mg.input_names), check=True):
+                tensors = self._global_inputs(tensors)
+        return list(tensors), outputs
+
     def _with_outputs(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys in its
         output (a Hugging Face model's ``logits``), each whole on every rank: batched ones
@@ -106,9 +122,7 @@ class UserLoop:
         per_micro, sizes = [], []
         for mb in self._micro_batches(inputs):
             sizes.append(next((x.shape[0] for x in mb if isinstance(x, torch.Tensor) and x.ndim >= 1), None))
-            self._loss_prepare(mb)
-            values = self.run_layers(dict(zip(self.mg.input_names, mb)), names)
-            per_micro.append([v.full_tensor() if isinstance(v, DTensor) else v for v in values])
+            per_micro.append(self._gathered_outputs(mb))
         out: dict[str, torch.Tensor] = {}
         for k, name in enumerate(names):
             vs = [m[k] for m in per_micro]
@@ -121,6 +135,14 @@ class UserLoop:
             else:
                 out[key] = torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
         return out
+
+    def _gathered_outputs(self, mb: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """One micro-batch's loss and other outputs (``mg.output_names`` then
+        ``mg.extra_output_names``), each whole on every rank, differentiably."""
+        self._loss_prepare(mb)
+        names = list(self.mg.output_names) + list(self.mg.extra_output_names)
+        values = self.run_layers(dict(zip(self.mg.input_names, mb)), names)
+        return [v.full_tensor() if isinstance(v, DTensor) else v for v in values]
 
     def _sync_after_backward(self) -> None:
         # queued when backward starts, so before FSDP's own end-of-backward callback (queued by
