@@ -460,16 +460,19 @@ def node_name() -> str:
 
 
 def _node_devices(gathered, node_of_rank: Sequence[int], num_nodes: int) -> list[NodeDevice]:
-    """Per node, its ranks' device name and memory and the medians of their matmul peaks and
-    memory bandwidths (``gathered``: each rank's ``(..., compute rows, bandwidth, ..., name, memory)``)."""
+    """Per node, its ranks' device name and memory and the medians of their matmul peaks, memory
+    bandwidths and fixed costs (``gathered``: each rank's ``(..., compute rows, bandwidth, ..., name, memory)``)."""
     out = []
     for i in range(num_nodes):
         mine = [g for r, g in enumerate(gathered) if node_of_rank[r] == i]
         peaks = [matmul_peaks(g[1]) for g in mine]
         dtypes = sorted({d for p in peaks for d in p})
+        fixed = [{r["op"]: r["time_s"] for r in g[1] if r["op"] in ("kernel_launch", "layer_call")} for g in mine]
         out.append(NodeDevice(name=mine[0][4], memory_bytes=int(min(g[5] for g in mine)),
                               peak_flops={d: statistics.median(p[d] for p in peaks if d in p) for d in dtypes},
-                              memory_bandwidth_bytes_s=statistics.median(g[2] for g in mine)))
+                              memory_bandwidth_bytes_s=statistics.median(g[2] for g in mine),
+                              kernel_s=statistics.median(f.get("kernel_launch", 0.0) for f in fixed),
+                              layer_s=statistics.median(f.get("layer_call", 0.0) for f in fixed)))
     return out
 
 

@@ -289,12 +289,14 @@ def matmul_peaks(compute_rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 class NodeDevice:
     """What one node's ranks measured of their devices: the device's name and memory, and per
     dtype the median over the node's ranks of each rank's fastest matmul, and the median memory
-    bandwidth."""
+    bandwidth, kernel launch and layer call (the host's fixed costs, 0 where not measured)."""
 
     name: str
     memory_bytes: int
     peak_flops: Mapping[str, float]
     memory_bandwidth_bytes_s: float
+    kernel_s: float = 0.0
+    layer_s: float = 0.0
 
 
 def node_rate(n: NodeDevice) -> float:
@@ -321,6 +323,23 @@ def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float = SLOW_NODE_RAT
         kinds.append(kind)
         ref.setdefault(kind, top if kind == n.name else n)
     return kinds, ref
+
+
+def _node_fixed_costs(spec: DeviceSpec, node: NodeDevice, fastest: NodeDevice) -> dict[str, float]:
+    """A node kind's fixed costs per kernel and per layer call: on GPUs its own measured ones; on a
+    CPU (whose absolute fixed costs are the compute model's defaults or a calibration's) those
+    defaults × how much slower the node launches than its device's fastest node. A slowed or
+    shared node is slower at everything, not only at large matmuls; a tiny layer's time is mostly
+    these costs, so without them the planner would see it barely slower."""
+    from galvatron_fx.cost_models.compute import default_efficiency
+
+    if not spec.kind.lower().startswith("cpu"):
+        return {"kernel_overhead_s": node.kernel_s, "layer_overhead_s": node.layer_s} if node.kernel_s > 0 else {}
+    if node is fastest or node.kernel_s <= 0 or fastest.kernel_s <= 0:
+        return {}
+    base = default_efficiency(spec)
+    ratio = node.kernel_s / fastest.kernel_s
+    return {"kernel_overhead_s": base.overhead_s * ratio, "layer_overhead_s": base.layer_overhead_s * ratio}
 
 
 def build_cluster(
@@ -387,10 +406,12 @@ def build_cluster(
     if nodes is not None and len(nodes) == num_nodes and num_nodes > 1:
         kinds, ref = node_kinds(nodes)
         if len(ref) > 1:
+            fastest = {n.name: ref[n.name] for n in nodes if n.name in ref}
             specs = {}
             for k, n in ref.items():
                 own = dataclasses.replace(spec, kind=k, peak_flops=dict(n.peak_flops) or spec.peak_flops,
-                                          memory_bandwidth_bytes_s=n.memory_bandwidth_bytes_s or mem_bw or 10e9)
+                                          memory_bandwidth_bytes_s=n.memory_bandwidth_bytes_s or mem_bw or 10e9,
+                                          **_node_fixed_costs(spec, n, fastest[n.name]))
                 if device.type == "cuda" and n.memory_bytes:
                     own = dataclasses.replace(own, memory_bytes=int(n.memory_bytes))
                 specs[k] = own

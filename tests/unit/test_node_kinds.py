@@ -90,3 +90,34 @@ def test_local_cpu_keeps_a_profiled_layouts_kinds(tmp_path):
 def test_the_ratio_is_a_parameter(ratio):
     kinds, _ = hp.node_kinds([_node("c", 10.0), _node("c", 7.0)], slow_ratio=ratio)
     assert (kinds[1] == "c") == (ratio < 0.7)
+
+
+def test_a_slow_node_pays_its_own_fixed_costs():
+    from galvatron_fx.cost_models.compute import CPU_DEFAULT
+
+    # a CPU node that launches 4x slower than its fastest peer: the CPU defaults x 4
+    nodes = [dataclasses.replace(_node("cpu:X", 20e9), kernel_s=2e-6, layer_s=1e-6),
+             dataclasses.replace(_node("cpu:X", 5e9), kernel_s=8e-6, layer_s=4e-6)]
+    cl = _cluster(nodes)
+    fast, slow = cl.device_specs["cpu:X"], cl.device_specs["cpu:X @node1"]
+    assert fast.kernel_overhead_s is None  # the calibration's or the defaults, as on one node
+    assert slow.kernel_overhead_s == pytest.approx(4 * CPU_DEFAULT.overhead_s)
+    # nodes that measured no fixed costs keep the defaults
+    assert _cluster([_node("cpu:X", 20e9), _node("cpu:X", 5e9)]).device_specs["cpu:X @node1"].kernel_overhead_s is None
+    # GPUs: each kind its own measured costs
+    gpu = [dataclasses.replace(_node("A100", 3e14), kernel_s=5e-6, layer_s=2e-5),
+           dataclasses.replace(_node("A100", 1e14), kernel_s=9e-6, layer_s=3e-5)]
+    specs = {k: hp._node_fixed_costs(hp.DeviceSpec(kind="A100", memory_bytes=1, peak_flops={}, memory_bandwidth_bytes_s=1),
+                                     n, gpu[0]) for k, n in zip("ab", gpu)}
+    assert specs == {"a": {"kernel_overhead_s": 5e-6, "layer_overhead_s": 2e-5},
+                     "b": {"kernel_overhead_s": 9e-6, "layer_overhead_s": 3e-5}}
+
+
+def test_node_devices_take_their_ranks_fixed_costs():
+    def rank(k):
+        return ({}, [dict(op="matmul", size=256, dtype="float32", time_s=1.0, flops_s=1e9),
+                     dict(op="kernel_launch", size=100, dtype="float32", time_s=k),
+                     dict(op="layer_call", size=3, dtype="float32", time_s=2 * k)], 1e9, {}, "cpu:X", 0)
+
+    nodes = _node_devices([rank(1e-6), rank(3e-6), rank(9e-6), rank(5e-6)], [0, 0, 1, 1], 2)
+    assert [n.kernel_s for n in nodes] == pytest.approx([2e-6, 7e-6]) and [n.layer_s for n in nodes] == pytest.approx([4e-6, 14e-6])
