@@ -56,10 +56,23 @@ def _runner(target: str):
     return getattr(importlib.import_module(module_name), func)
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments; ``train``'s ``--section.key value`` pairs (a run config's keys,
+    :mod:`galvatron_fx.run_config`) in ``args.overrides``. Nothing else unknown is accepted."""
+    from galvatron_fx.run_config import parse_overrides
+
+    parser = build_parser()
+    overrides, rest = parse_overrides(list(sys.argv[1:] if argv is None else argv))  # (before a positional takes a value)
+    args = parser.parse_args(rest)
+    if overrides and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join('--' + k for k, _ in overrides)} (--section.key: train only)")
+    args.overrides = overrides
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -184,7 +184,9 @@ def _export(p: argparse.ArgumentParser) -> None:
 
 def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="RUN.toml",
-                   help="a TOML run config (keys: the flags' names); flags given here override its keys")
+                   help="a TOML run config in sections ([model], [parallelism], [training], [optimizer], [data], "
+                        "[checkpoint], [metrics]); --section.key VALUE overrides a key, and flags given here "
+                        "override last")
     add_model(p, optional=True)
     p.add_argument("--data", default=None, metavar="TOKENS.bin|MODULE:FUNCTION",
                    help="a flat file of token ids (uint16/uint32, nanoGPT's train.bin; its last --val-fraction is "

@@ -41,10 +41,12 @@ from galvatron_fx.errors import ConfigError
 
 __all__ = [
     "BATCH", "BYTES", "BYTES_S", "DEGREE", "DEVICE_MEMORY", "FLOPS", "LATENCY_S", "MAX_JSON_DEPTH",
-    "MICROBATCHES", "OVERLAP", "SECONDS", "SECONDS_PER_BYTE", "Range", "fmt_number", "load_json", "short_repr",
+    "MICROBATCHES", "OVERLAP", "SECONDS", "SECONDS_PER_BYTE", "Range", "fmt_number", "load_json", "read_text",
+    "short_repr",
 ]
 
 MAX_JSON_DEPTH = 64
+MAX_TEXT_BYTES = 16 * 2**20  # a config file: a few KiB; a run config or report beyond 16 MiB is not one
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,19 @@ def short_repr(v: Any) -> str:
     """``repr(v)`` cut to 80 characters: a field may hold a whole (hostile) document."""
     r = fmt_number(v) if isinstance(v, int) and not isinstance(v, bool) else repr(v)
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+def read_text(path, *, what: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """The text of the file at ``path``, read without ever holding more than ``limit`` bytes (a
+    path to ``/dev/zero`` or to a huge file is refused, naming it, instead of filling memory)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{what} {path}: larger than {limit // 2**20} MiB; this is not a {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def load_json(text: str, source: str, *, hint: str = "") -> Any:

@@ -1,23 +1,25 @@
 """``galvatron-fx train``: plan and train a model from the command line or a TOML run config.
 
-    torchrun --nproc-per-node 4 -m galvatron_fx.cli train --config run.toml [--steps 50] [--lr 3e-4]
+    torchrun --nproc-per-node 4 -m galvatron_fx.cli train --config run.toml [--training.steps 50] [--lr 3e-4]
 
-A run config is one flat TOML table whose keys are the flags' names (``hf_config`` for
-``--hf-config``); a flag given on the command line overrides its key; a key nobody knows is an
-error (see :data:`FIELDS`). Relative paths in the file are relative to the file. The model is a
-zoo name (``model = "gpt-tiny"``), ``hf_config`` or ``factory`` (``module:function``), built on
-this rank's device with seed ``seed``; ``data = "module:function"`` gives the batches
-(``function(step=, batch_size=, seq_len=)`` returning the model's inputs, a tuple or a mapping);
-without it every step trains on the model's example batch (a smoke run: the loss falls as the
-model learns that batch). ``cluster`` is ``local-cpu`` (this machine's CPU processes, with its
+A run config is a TOML file in sections (``[model]``, ``[parallelism]``, ``[training]``,
+``[optimizer]``, ``[data]``, ``[checkpoint]``, ``[metrics]``), read into a typed
+:class:`~galvatron_fx.run_config.RunConfig`; ``--section.key value`` overrides a key, and the
+command's flags (``--steps``, ``--checkpoint-dir``) override last. Relative paths in the file are
+relative to the file. The model is ``model.name`` (a zoo name, ``gpt-tiny``), ``model.hf_config``
+or ``model.factory`` (``module:function``), built on this rank's device with seed ``model.seed``;
+``data.source = "module:function"`` gives the batches (``function(step=, batch_size=, seq_len=)``
+returning the model's inputs, a tuple or a mapping); without it every step trains on the model's
+example batch (a smoke run: the loss falls as the model learns that batch).
+``parallelism.cluster`` is ``local-cpu`` (this machine's CPU processes, with its
 cached hardware profile if any: the default on CPU; as many nodes as torchrun started agents,
-or ``nodes``), a preset or a cluster JSON. ``batch`` is the global batch, or ``"auto"`` (the
+or ``nodes``), a preset or a cluster JSON. ``training.batch`` is the global batch, or ``"auto"`` (the
 largest that fits at once), ``"LO:HI"`` (the fastest in the range) or ``tokens_per_step`` (the
 batch nearest that target): the search then chooses it and the run trains at its batch.
 
-``data`` may also be a flat file of token ids (``uint16``/``uint32``: ``data_dtype``; nanoGPT's
+``data.source`` may also be a flat file of token ids (``uint16``/``uint32``: ``data.dtype``; nanoGPT's
 ``train.bin``), its last ``val_fraction`` held out for validation (:mod:`galvatron_fx.train_recipe`);
-``init = "hf:DIR"`` starts from a ``save_pretrained`` directory's weights (and model, unless one is
+``model.init = "hf:DIR"`` starts from a ``save_pretrained`` directory's weights (and model, unless one is
 named). The recipe: ``lr`` after ``warmup`` steps, then ``schedule`` (cosine, linear or constant)
 down to ``min_lr`` at the last step (a function of the step, so a resumed run continues it);
 AdamW with ``weight_decay`` on all but biases and norms; gradients clipped to ``max_norm``; the
@@ -32,8 +34,9 @@ density, :mod:`galvatron_fx.runtime.efficiency`, with ``"profiled": true``), and
 go to ``<out>/tensorboard``. ``<out>/plan.json`` is the plan run, ``<out>/predicted_trace.json``
 its predicted step and ``<out>/step_trace.rank<R>.json`` the first profiled step as Chrome traces
 (Perfetto), ``<out>/report.json`` the predicted against measured summary and
-``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report_html`). ``checkpoint_dir`` saves every
-``checkpoint_every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
+``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report_html`),
+``<out>/run_config.json`` the config the run resolved, by section. ``checkpoint.dir`` saves every
+``checkpoint.every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
 from a checkpoint already there.
 """
 
@@ -43,116 +46,31 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from galvatron_fx.commands import OFFLOAD_CHOICES, PRECISIONS, default_precision, offload_space
+from galvatron_fx import run_config
+from galvatron_fx.commands import default_precision, offload_space
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.run_config import IMPORTABLE, RunConfig
 
-# key -> (type, default); the flags of `galvatron-fx train` carry the same names
-FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "model": (str, None), "hf_config": (str, None), "factory": (str, None), "data": (str, None),
-    "cluster": (str, "local-cpu"), "nodes": (int, None),
-    "batch": ((int, str), None), "tokens_per_step": (int, None), "seq": (int, None), "precision": (str, None), "memory": ((int, float), None),
-    "max_tp": (int, None), "tp": (list, None), "max_pp": (int, None), "pp": (list, None),
-    "reduce_dtypes": (list, None), "powersgd_ranks": (list, None), "offload": (str, None), "host_memory": ((int, float), None),
-    "steps": (int, 20), "lr": ((int, float), 1e-3), "optimizer": (str, "adamw"), "seed": (int, 0),
-    "warmup": (int, 0), "schedule": (str, "constant"), "min_lr": ((int, float), 0.0),
-    "weight_decay": ((int, float), 0.0), "max_norm": ((int, float), None),
-    "log_every": (int, 10), "eval_every": (int, 0), "eval_batches": (int, 2),
-    "data_dtype": (str, "uint16"), "val_fraction": ((int, float), 0.1), "init": (str, None),
-    "plan": (str, None), "out": (str, "runs/train"), "checkpoint_dir": (str, None), "checkpoint_every": (int, 0),
-    "efficiency_every": (int, 10),
-}
-_PATHS = ("hf_config", "plan", "out", "checkpoint_dir")
-_IMPORTABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # data = "module:function" (else a token file)
-OPTIMIZERS = ("adamw", "sgd")
-
-
-def load_run_config(path: str | os.PathLike) -> dict[str, Any]:
-    """The run config at ``path`` (TOML), checked: known keys, their types, relative paths made
-    relative to the file. Nothing in it is executed (``data``/``factory`` name importable
-    functions, imported when the run starts)."""
-    import tomllib
-
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"run config {path}: cannot be read ({e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"run config {path}: not valid TOML ({e})") from None
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise ConfigError(f"run config {path}: unknown keys {', '.join(unknown)}; known: {', '.join(FIELDS)}")
-    for key, value in data.items():
-        want = FIELDS[key][0]
-        if not isinstance(value, want) or isinstance(value, bool):
-            names = "/".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
-            raise ConfigError(f"run config {path}: {key} = {value!r} should be a {names}")
-        if key in ("tp", "pp", "powersgd_ranks") and not all(isinstance(v, int) for v in value):
-            raise ConfigError(f"run config {path}: {key} should be a list of integers, e.g. [1, 2]")
-        if key in _PATHS and not Path(value).is_absolute():
-            data[key] = str(path.parent / value)
-        if key == "data" and not _IMPORTABLE.fullmatch(value) and not Path(value).is_absolute():
-            data[key] = str(path.parent / value)  # a token file, beside the config
-        if key == "init" and value.startswith("hf:") and not Path(value[3:]).is_absolute():
-            data[key] = "hf:" + str(path.parent / value[3:])
-    return data
-
-
-def resolve_run(args: argparse.Namespace) -> dict[str, Any]:
-    """Defaults, then the run config's keys, then the flags given."""
-    run = {k: d for k, (_t, d) in FIELDS.items()}
+def resolve_run(args: argparse.Namespace) -> RunConfig:
+    """Defaults, then the run config file's keys, then its ``--section.key`` overrides, then the
+    flags given; checked (:mod:`galvatron_fx.run_config`)."""
+    run = RunConfig()
     if getattr(args, "config", None) is not None:
-        run.update(load_run_config(args.config))
-    flags = {"model": args.zoo_name, **{k: getattr(args, k, None) for k in FIELDS if k != "model"}}
-    run.update({k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
-                for k, v in flags.items() if v is not None})
-    if run["precision"] is not None and run["precision"] not in PRECISIONS:
-        raise ConfigError(f"precision {run['precision']!r}: choose one of {', '.join(PRECISIONS)}")
-    if run["optimizer"] not in OPTIMIZERS:
-        raise ConfigError(f"optimizer {run['optimizer']!r}: choose one of {', '.join(OPTIMIZERS)}")
-    if run["offload"] is not None and run["offload"] not in OFFLOAD_CHOICES:
-        raise ConfigError(f"offload {run['offload']!r}: choose one of {', '.join(OFFLOAD_CHOICES)}")
-    if run["steps"] < 1:
-        raise ConfigError(f"steps must be >= 1, got {run['steps']}")
-    _check_recipe(run)
+        run_config.load(args.config, run)
+    run.override(list(getattr(args, "overrides", None) or ()))
+    flat = RunConfig.flat_names()
+    flags = {"model": args.zoo_name, **{k: getattr(args, k, None) for k in flat if k != "model"}}
+    for name, v in flags.items():
+        if v is not None:
+            run.set(*flat[name], str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v,
+                    where=f"--{name.replace('_', '-')}: ")
+    run.check()
     return run
-
-
-def _check_recipe(run: dict[str, Any]) -> None:
-    """The schedule, clipping, logging and evaluation keys, refused with what to give instead."""
-    from galvatron_fx.train_recipe import SCHEDULES, TOKEN_DTYPES
-
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            raise ConfigError(f"{key} = {run[key]!r}: give {what}")
-
-    finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
-    need(finite(run["lr"]) and run["lr"] > 0, "lr", "a positive learning rate, e.g. 3e-4")
-    need(finite(run["min_lr"]) and 0 <= run["min_lr"] <= run["lr"], "min_lr", "a learning rate in [0, lr]")
-    need(finite(run["weight_decay"]) and run["weight_decay"] >= 0, "weight_decay", "a decay >= 0, e.g. 0.1")
-    need(run["max_norm"] is None or finite(run["max_norm"]) and run["max_norm"] > 0, "max_norm",
-         "a positive gradient norm, e.g. 1.0 (leave it out to not clip)")
-    need(run["schedule"] in SCHEDULES, "schedule", f"one of {', '.join(SCHEDULES)}")
-    need(0 <= run["warmup"] < run["steps"], "warmup", f"fewer steps than steps = {run['steps']}")
-    need(run["log_every"] >= 1, "log_every", "a number of steps >= 1")
-    need(run["eval_every"] >= 0, "eval_every", "a number of steps >= 0 (0: no evaluation)")
-    need(run["eval_batches"] >= 1, "eval_batches", "a number of batches >= 1")
-    need(run["checkpoint_every"] >= 0, "checkpoint_every", "a number of steps >= 0 (0: only at the end)")
-    need(run["efficiency_every"] >= 0, "efficiency_every", "a number of steps >= 0 (0: never)")
-    need(run["data_dtype"] in TOKEN_DTYPES, "data_dtype", f"one of {', '.join(TOKEN_DTYPES)}")
-    need(finite(run["val_fraction"]) and 0 <= run["val_fraction"] < 1, "val_fraction", "a fraction in [0, 1)")
-    need(run["init"] is None or run["init"].startswith("hf:") and len(run["init"]) > 3, "init",
-         "hf:DIR, a save_pretrained directory")
-    if run["eval_every"] and not run["data"]:
-        raise ConfigError("eval_every needs data to hold a validation split out of: give data = a token file, or "
-                          "a data function that takes split='val'")
 
 
 def _init_group():
@@ -176,19 +94,19 @@ def _init_group():
     return dist
 
 
-def _cluster(run: dict, world: int, on_gpu: bool):
+def _cluster(run: RunConfig, world: int, on_gpu: bool):
     from galvatron_fx.cluster import Cluster
 
-    if run["cluster"] == "local-cpu":
+    if run.parallelism.cluster == "local-cpu":
         if on_gpu:
             raise ConfigError("cluster = local-cpu describes CPU processes; on GPUs give a preset (--cluster "
                               "dgx-h100 --nodes N), a cluster JSON, or a measured profile (galvatron-fx profile)")
-        nodes = run["nodes"] or _launched_nodes(world)
+        nodes = run.parallelism.nodes or _launched_nodes(world)
         if world % nodes:
             raise ConfigError(f"--nodes {nodes} with cluster local-cpu: {world} processes do not split into "
                               f"{nodes} nodes; give a --nodes that divides the world size")
         return Cluster.local_cpu(world, nodes=nodes)
-    return Cluster.from_spec(run["cluster"], run["nodes"])
+    return Cluster.from_spec(run.parallelism.cluster, run.parallelism.nodes)
 
 
 def _launched_nodes(world: int) -> int:
@@ -208,25 +126,25 @@ def _importable(spec: str, what: str):
         raise ConfigError(f"{what} {spec!r}: cannot import {func or '?'} from {module_name} ({e})") from None
 
 
-def _data(run: dict, example, model):
+def _data(run: RunConfig, example, model):
     """``(train(step) -> batch, val(i) -> batch or None, what)``: from a token file, a data
     function, or the example batch."""
     from galvatron_fx.train_recipe import TokenFile, vocab_size
 
-    if not run["data"]:
+    if not run.data.source:
         return (lambda step: example), None, "the example batch (a smoke run: give data = a token file)"
-    if _IMPORTABLE.fullmatch(run["data"]) and not Path(run["data"]).exists():
-        fn = _importable(run["data"], "data")
-        seq = run["seq"]
+    if IMPORTABLE.fullmatch(run.data.source) and not Path(run.data.source).exists():
+        fn = _importable(run.data.source, "data")
+        seq = run.training.seq
         takes_split = "split" in _parameters(fn)
-        if run["eval_every"] and not takes_split:
-            raise ConfigError(f"eval_every needs validation batches, but data {run['data']!r} takes no split=; "
+        if run.training.eval_every and not takes_split:
+            raise ConfigError(f"eval_every needs validation batches, but data {run.data.source!r} takes no split=; "
                               "accept split='train'|'val', or give a token file")
         train = (lambda step: fn(step=step, batch_size=_batch_of(example), seq_len=seq, split="train")) if takes_split \
             else (lambda step: fn(step=step, batch_size=_batch_of(example), seq_len=seq))
         val = (lambda i: fn(step=i, batch_size=_batch_of(example), seq_len=seq, split="val")) if takes_split else None
-        return train, val, run["data"]
-    tokens = TokenFile(run["data"], dtype=run["data_dtype"], val_fraction=run["val_fraction"], seed=run["seed"])
+        return train, val, run.data.source
+    tokens = TokenFile(run.data.source, dtype=run.data.dtype, val_fraction=run.data.val_fraction, seed=run.model.seed)
     layout = TokenFile.layout(example)
     first = _tensors(example)[0]
     b, t = int(first.shape[0]), int(first.shape[1])
@@ -238,8 +156,8 @@ def _data(run: dict, example, model):
     def val(i: int):
         return TokenFile.fill(tokens.val_batch(i, b, t), layout, example, vocab, f"data {tokens.path}")
 
-    if run["eval_every"] and not tokens.has_val:
-        raise ConfigError(f"eval_every needs a validation split, but val_fraction = {run['val_fraction']} holds "
+    if run.training.eval_every and not tokens.has_val:
+        raise ConfigError(f"eval_every needs a validation split, but val_fraction = {run.data.val_fraction} holds "
                           f"none of {tokens.path}; give val_fraction > 0")
     return train, (val if tokens.has_val else None), (
         f"{tokens.path} ({len(tokens.tokens):,} tokens, {len(tokens.tokens) - tokens.split:,} held out)")
@@ -270,9 +188,9 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
 
     run = resolve_run(args)  # every key checked before torch is imported: a bad config says so at once
-    init_dir = run["init"][3:] if run["init"] else None
-    hf_config = run["hf_config"] or (init_dir if init_dir and not run["model"] and not run["factory"] else None)
-    source = model_source.resolve(zoo_name=run["model"], hf_config=hf_config, factory=run["factory"])
+    init_dir = run.model.init[3:] if run.model.init else None
+    hf_config = run.model.hf_config or (init_dir if init_dir and not run.model.name and not run.model.factory else None)
+    source = model_source.resolve(zoo_name=run.model.name, hf_config=hf_config, factory=run.model.factory)
 
     import torch
 
@@ -289,53 +207,54 @@ def run_cli(args: argparse.Namespace) -> int:
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     cluster = _cluster(run, world, on_gpu)
-    if run["precision"] is None and not run["plan"]:  # bf16 on GPUs, fp32 on CPUs, said once
-        run["precision"], line = default_precision(cluster)
+    if run.parallelism.precision is None and not run.parallelism.plan:  # bf16 on GPUs, fp32 on CPUs, said once
+        run.parallelism.precision, line = default_precision(cluster)
         if rank == 0:
             print(line, file=sys.stderr)
-    wanted = AutoBatch.parse(run["batch"], run["tokens_per_step"])  # an int, or the search chooses
+    wanted = AutoBatch.parse(run.training.batch, run.training.tokens_per_step)  # an int, or the search chooses
     batch = wanted if isinstance(wanted, int) else 2 * world
-    torch.manual_seed(run["seed"])
-    model, inputs, kwargs = model_source.build(source, batch_size=batch, seq_len=run["seq"], device=device)
+    torch.manual_seed(run.model.seed)
+    model, inputs, kwargs = model_source.build(source, batch_size=batch, seq_len=run.training.seq, device=device)
     if init_dir:
         copied = init_from_hf(model, init_dir)
         if rank == 0:
             print(f"initialised {copied} tensors from {init_dir}", file=sys.stderr)
     example = kwargs if kwargs else inputs
-    space = SearchSpace(tp=tuple(run["tp"]) if run["tp"] else None, max_tp=run["max_tp"],
-                        pp=tuple(run["pp"]) if run["pp"] else None, max_pp=run["max_pp"],
-                        reduce_dtypes=tuple(run["reduce_dtypes"] or ("float32",)),
-                        powersgd_ranks=tuple(run["powersgd_ranks"] or (0,)), offload=offload_space(run["offload"]),
-                        host_memory_budget=int(run["host_memory"] * 2**30) if run["host_memory"] is not None else None)
-    budget = int(run["memory"] * 2**30) if run["memory"] is not None else None
-    given = ParallelPlan.load(run["plan"]) if run["plan"] else None
+    space = SearchSpace(tp=tuple(run.parallelism.tp) if run.parallelism.tp else None, max_tp=run.parallelism.max_tp,
+                        pp=tuple(run.parallelism.pp) if run.parallelism.pp else None, max_pp=run.parallelism.max_pp,
+                        reduce_dtypes=tuple(run.parallelism.reduce_dtypes or ("float32",)),
+                        powersgd_ranks=tuple(run.parallelism.powersgd_ranks or (0,)), offload=offload_space(run.parallelism.offload),
+                        host_memory_budget=int(run.parallelism.host_memory * 2**30) if run.parallelism.host_memory is not None else None)
+    budget = int(run.parallelism.memory * 2**30) if run.parallelism.memory is not None else None
+    given = ParallelPlan.load(run.parallelism.plan) if run.parallelism.plan else None
     pm = gfx_compile(model, cluster, example, global_batch_size=wanted or batch, memory_budget=budget, search=space,
-                     plan=given, precision=None if given else run["precision"])
+                     plan=given, precision=None if given else run.parallelism.precision)
     plan = pm.plan
     if pm.global_batch_size != batch:  # the searched batch (or a given plan's): the example grows or shrinks to it
         batch = pm.global_batch_size
         inputs, kwargs = _resized(tuple(inputs), dict(kwargs or {}), batch)
         example = kwargs if kwargs else inputs
     train_batch, val_batch, data_what = _data(run, example, model)
-    out = Path(run["out"])
-    steps = run["steps"]
-    recipe = dict(lr=run["lr"], steps=steps, warmup=run["warmup"], schedule=run["schedule"], min_lr=run["min_lr"])
+    out = Path(run.metrics.out)
+    steps = run.training.steps
+    recipe = dict(lr=run.optimizer.lr, steps=steps, warmup=run.optimizer.warmup, schedule=run.optimizer.schedule, min_lr=run.optimizer.min_lr)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
+        (out / "run_config.json").write_text(json.dumps(run.to_dict(), indent=1) + "\n")
         plan.chrome_trace(out / "predicted_trace.json")
-        clip = f"clipped to norm {run['max_norm']}" if run["max_norm"] else "no clipping"
+        clip = f"clipped to norm {run.training.max_norm}" if run.training.max_norm else "no clipping"
         print(f"training {source.name} for {steps} steps on {world} processes, global batch {batch} in "
-              f"{plan.num_microbatches} micro-batch(es), data: {data_what}\n  {run['optimizer']} lr {run['lr']:g} "
-              f"({run['warmup']} warmup steps, then {run['schedule']} to {run['min_lr']:g}), weight decay "
-              f"{run['weight_decay']:g} (none on biases and norms), {clip}"
-              + (f", val loss every {run['eval_every']} steps" if run["eval_every"] else "")
-              + f"; a line every {run['log_every']} steps, metrics in {out / 'metrics.jsonl'}", file=sys.stderr)
-    groups = param_groups(pm.named_parameters(), run["weight_decay"])
-    opt = torch.optim.AdamW(groups, lr=run["lr"]) if run["optimizer"] == "adamw" else \
-        torch.optim.SGD(groups, lr=run["lr"])
+              f"{plan.num_microbatches} micro-batch(es), data: {data_what}\n  {run.optimizer.name} lr {run.optimizer.lr:g} "
+              f"({run.optimizer.warmup} warmup steps, then {run.optimizer.schedule} to {run.optimizer.min_lr:g}), weight decay "
+              f"{run.optimizer.weight_decay:g} (none on biases and norms), {clip}"
+              + (f", val loss every {run.training.eval_every} steps" if run.training.eval_every else "")
+              + f"; a line every {run.metrics.log_every} steps, metrics in {out / 'metrics.jsonl'}", file=sys.stderr)
+    groups = param_groups(pm.named_parameters(), run.optimizer.weight_decay)
+    opt = torch.optim.AdamW(groups, lr=run.optimizer.lr) if run.optimizer.name == "adamw" else \
+        torch.optim.SGD(groups, lr=run.optimizer.lr)
     start = 0
-    ckpt = run["checkpoint_dir"]
+    ckpt = run.checkpoint.dir
     if ckpt and (Path(ckpt) / "manifest.json").exists():
         from galvatron_fx.runtime import checkpoint
 
@@ -351,13 +270,13 @@ def run_cli(args: argparse.Namespace) -> int:
         if graph is not None and all(layer.costs is not None for layer in graph.layers):
             c = graph.total_costs()
             flops_step = (c.fwd_flops + c.bwd_flops) * plan.num_microbatches
-    every = run["efficiency_every"]
+    every = run.metrics.efficiency_every
     densities: list[list[float]] = []
     times: list[float] = []  # the steps run as they are (slowed: the profiled ones)
     slowed: list[float] = []
     metrics = (out / "metrics.jsonl").open("a") if rank == 0 else None
     board = tensorboard_writer(out / "tensorboard") if rank == 0 else None
-    max_norm = run["max_norm"]
+    max_norm = run.training.max_norm
 
     def step_fn(b):
         loss = pm.forward_backward(b)
@@ -406,14 +325,14 @@ def run_cli(args: argparse.Namespace) -> int:
             rec = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_s": tokens / dt,
                    "step_s": dt, "memory_bytes": mem, "mfu": flops_step / dt / peak_flops if flops_step else None,
                    "compute_density": density, "profiled": density is not None}
-            if val_batch is not None and run["eval_every"] and ((step + 1) % run["eval_every"] == 0 or step + 1 == steps):
-                rec["val_loss"] = _evaluate(pm, val_batch, run["eval_batches"])
+            if val_batch is not None and run.training.eval_every and ((step + 1) % run.training.eval_every == 0 or step + 1 == steps):
+                rec["val_loss"] = _evaluate(pm, val_batch, run.training.eval_batches)
             if not math.isfinite(loss):
                 raise RuntimeError(f"step {step + 1}: the loss is {loss}; lower lr (now {lr:.3g}) or give max_norm")
             record(rec)
-            if rank == 0 and ((step + 1) % run["log_every"] == 0 or step + 1 == steps or "val_loss" in rec):
+            if rank == 0 and ((step + 1) % run.metrics.log_every == 0 or step + 1 == steps or "val_loss" in rec):
                 print(format_line(rec, steps), file=sys.stderr, flush=True)
-            if ckpt and run["checkpoint_every"] and (step + 1) % run["checkpoint_every"] == 0:
+            if ckpt and run.checkpoint.every and (step + 1) % run.checkpoint.every == 0:
                 _save(pm, opt, ckpt, step + 1)
     finally:
         if metrics is not None:

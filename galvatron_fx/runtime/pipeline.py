@@ -34,6 +34,12 @@ Algorithm:
   the chunk; an offloaded layer's then sit on its host masters); a weight tied across chunks (an
   embedding and its head) is summed over the ``pp`` group as full tensors and written back to
   every copy (``full_grad``/``set_full_grad`` read and write an offloaded copy's on its master).
+* Other batch shapes (:mod:`~galvatron_fx.runtime.shapes`): a batch splits into equal
+  micro-batches as on one stage; at a new micro-batch shape the model is captured once more,
+  every chunk body lowers its layers of that capture (the crossing values must be the same), and
+  a schedule for that shape and micro-batch count is built over the same chunks (static shapes
+  from that capture; GPipe order where fewer micro-batches than 1F1B takes). Every rank sees the
+  whole batch's shapes (the global batch, or the shares gathered), so every rank switches alike.
 * Checkpoints (``save``/``load``/``load_state_dict``): :mod:`galvatron_fx.runtime.checkpoint`
   over this rank's chunk bodies, in the format of :class:`ParallelModule`'s, so that pipelined and
   non-pipelined plans of any shape load each other's checkpoints.
@@ -44,6 +50,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import logging
+import time
 from collections.abc import Sequence
 
 import torch
@@ -57,6 +64,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.shapes import BatchShapes, _signature
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
@@ -158,20 +166,18 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module):
+class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, BatchShapes, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
         super().__init__()
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
-
         if plan.pp < 2:
             raise PlanError("PipelineModule runs pipelined plans (pp > 1); use ParallelModule for pp == 1")
         if dist.get_world_size() != plan.world_size:
             raise PlanError(f"plan for world size {plan.world_size}, this job has {dist.get_world_size()}")
         self.plan, self.mg = plan, mg
         self.stage, meshes, self.pp_group = _stage_meshes(plan)
-        pp, m = plan.pp, plan.num_microbatches
+        pp = plan.pp
         chunks = plan.chunk_layers()
         mine = [c for c in range(len(chunks)) if c % pp == self.stage]
         bounds = [r.start for r in chunks] + [len(mg.layers)]
@@ -182,6 +188,10 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
         self.guard = StepGuard()
         device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
         self.device = device
+        self._mine = mine
+        self._init_batch_shapes(model, True, range(len(mg.layers)))  # batches of other shapes (module doc)
+        self.__dict__["_schedules"] = {}  # (variant signature or None, micro-batches) -> schedule
+        self.__dict__["_active"] = None
         try:
             self._build(model, mg, plan, mine, chunks, crossing, layout, meshes, resolve, dump_dir)
         except Exception as e:  # a stage that cannot be built: every rank hears of it (below), none waits
@@ -190,39 +200,100 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
 
     def _build(self, model, mg, plan, mine, chunks, crossing, layout, meshes, resolve, dump_dir) -> None:
         """This rank's chunks, their ``PipelineStage`` and the schedule (no collective across stages)."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
-
-        pp, m, device = plan.pp, plan.num_microbatches, self.device
-        stages = []
+        pp, m = plan.pp, plan.num_microbatches
         for c in mine:
             body = ParallelModule(model, mg, plan, resolve=resolve, layers=chunks[c], meshes=meshes,
                                   dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}", keep_model=False)
             last = c == len(chunks) - 1
             outs = list(mg.output_names) if last else crossing[c + 1]
-            chunk = _Chunk(body, crossing[c], outs, layout, last)
-            self.chunks.append(chunk)
-            # static shapes: no inference forward on uninitialised tensors (integer inputs such
-            # as targets would hold garbage)
-            ins = tuple(self._example(n, layout) for n in crossing[c])
-            outs_ex = (torch.empty(1, device=device, requires_grad=True),) if last else \
-                tuple(self._example(n, layout) for n in outs)
-            stages.append(PipelineStage(chunk, c, len(chunks), device, input_args=ins,
-                                        output_args=outs_ex, group=self.pp_group))
+            self.chunks.append(_Chunk(body, crossing[c], outs, layout, last))
         self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
         self._first = self.stage == 0
+        self.schedule = self._make_schedule(mg, m)
+        self._cross_tied = self._cross_chunk_ties()
+        self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
+
+    def _make_schedule(self, mg: ModelGraph, m: int, plain: bool = False):
+        """The plan's schedule over this rank's chunks for ``m`` micro-batches shaped as ``mg``
+        captured them (static shapes: no inference forward on uninitialised tensors, whose integer
+        inputs such as targets would hold garbage). Fewer micro-batches than a 1F1B schedule
+        takes (``m`` < stages, or not whole rounds of the interleaved one: a smaller batch) run
+        as GPipe, which computes the same."""
+        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                                  ScheduleLoopedBFS)
+
+        nchunks = len(self.plan.chunk_layers())
+        stages = []
+        for c, chunk in zip(self._mine, self.chunks):
+            ins = tuple(self._example(mg, n, chunk.layout) for n in chunk.in_names)
+            outs = (torch.empty(1, device=self.device, requires_grad=True),) if chunk.is_last else \
+                tuple(self._example(mg, n, chunk.layout) for n in chunk.out_names)
+            stages.append(PipelineStage(chunk, c, nchunks, self.device, input_args=ins, output_args=outs,
+                                        group=self.pp_group))
 
         def loss_fn(out, _target):
             scale = self.scaler.scale if self.scaler is not None else 1.0
             return out.float().sum() * (scale / m)
 
-        if plan.schedule == "interleaved_1f1b":
-            self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
-        else:
-            cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[plan.schedule]
-            (stage,) = stages
-            self.schedule = cls(stage, m, loss_fn=loss_fn, scale_grads=False)
-        self._cross_tied = self._cross_chunk_ties()
-        self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
+        pp, kind = self.plan.pp, self.plan.schedule
+        if kind == "interleaved_1f1b":
+            rounds = max(1, m // pp)
+            if m % rounds == 0:
+                return ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
+            return ScheduleLoopedBFS(stages, m, loss_fn=loss_fn, scale_grads=False)
+        (stage,) = stages
+        cls = ScheduleGPipe if kind == "gpipe" or m < pp else Schedule1F1B
+        return cls(stage, m, loss_fn=loss_fn, scale_grads=False)
+
+    def _schedule_for(self, args: tuple):
+        """The schedule that runs ``args`` (a whole global batch, on every rank): the plan's for
+        its own shape, else one for the micro-batches it splits into
+        (:meth:`~galvatron_fx.runtime.shapes.BatchShapes._micro_batches`), at a new shape after
+        capturing the model there once and lowering every chunk's layers under the plan
+        (collective: every rank sees the same shapes). Returns ``(schedule, micro-batches)``."""
+        micro = self._micro_batches(list(args))
+        m, sig = len(micro), _signature(micro[0])
+        key = None if self._is_base(sig) else sig
+        if key is not None and key not in self._variants:
+            with torch.enable_grad():  # (an evaluation's first call: the program has a backward all the same)
+                self._build_pipeline_variant(key, micro[0])
+        self._use(key)
+        if (key, m) == (None, self.num_microbatches):
+            return self.schedule, m
+        if (key, m) not in self._schedules:
+            self._schedules[(key, m)] = self._make_schedule(self._variants[key]["mg"] if key else self.mg, m)
+        return self._schedules[(key, m)], m
+
+    def _build_pipeline_variant(self, sig: tuple, inputs) -> None:
+        t0 = time.perf_counter()
+        mg = self._recapture_checked(sig, inputs)
+        bounds = [r.start for r in self.plan.chunk_layers()] + [len(mg.layers)]
+        crossing = self._crossing(bounds, mg)
+        if crossing != self._crossing(bounds):
+            raise PlanError(f"{self.mg.name} at shapes {[list(s[0]) for s in sig if s]} passes other values between "
+                            "pipeline stages than at the planned shape: re-plan at this shape")
+        for chunk in self.chunks:
+            chunk.body._add_variant(sig, mg)
+        self._variants[sig] = {"mg": mg, "layout": self._layout(mg)}
+        while len(self._variants) > self.shape_cache_limit:
+            old, _ = self._variants.popitem(last=False)
+            for chunk in self.chunks:
+                chunk.body._variants.pop(old, None)
+            self.__dict__["_schedules"] = {k: v for k, v in self._schedules.items() if k[0] != old}
+        log.info("galvatron_fx: micro-batches of shapes %s captured and lowered under the plan's stages in %.1f s",
+                 [list(s[0]) for s in sig if s], time.perf_counter() - t0)
+
+    def _use(self, key: tuple | None) -> None:
+        """Switch every chunk to the variant ``key`` (None: the planned shape)."""
+        if key == self._active:
+            return
+        if key is not None:
+            self._variants.move_to_end(key)
+        layout = self._variants[key]["layout"] if key is not None else self._layout()
+        for chunk in self.chunks:
+            chunk.body._use_variant(key)
+            chunk.layout = layout
+        self.__dict__["_active"] = key
 
     @property
     def program(self):
@@ -265,7 +336,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
         try:
             for c, chunk in zip([c for c in range(len(crossing) - 1) if c % self.plan.pp == self.stage], self.chunks):
                 ins = [x.detach().zero_().requires_grad_(x.requires_grad)
-                       for x in (self._example(n, layout) for n in crossing[c])]
+                       for x in (self._example(self.mg, n, layout) for n in crossing[c])]
                 outs = chunk(*ins)
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 for name, o in zip(chunk.out_names, outs):
@@ -302,10 +373,10 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
                             "model, or report the error")
 
     # ---- structure --------------------------------------------------------------------------
-    def _example(self, name: str, layout: dict) -> torch.Tensor:
-        """An empty tensor shaped as value ``name`` travels (a user input whole, an activation
-        as its canonical local shard)."""
-        val = self.mg.nodes_by_name()[name].meta["val"]
+    def _example(self, mg: ModelGraph, name: str, layout: dict) -> torch.Tensor:
+        """An empty tensor shaped as value ``name`` of ``mg`` travels (a user input whole, an
+        activation as its canonical local shard)."""
+        val = mg.nodes_by_name()[name].meta["val"]
         shape = list(val.shape)
         if name in layout:
             (dp, _tp), placements, _ = layout[name]
@@ -313,9 +384,9 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
                 shape[0] //= dp
         return torch.empty(shape, dtype=val.dtype, device=self.device, requires_grad=val.dtype.is_floating_point)
 
-    def _crossing(self, bounds: list[int]) -> list[list[str]]:
+    def _crossing(self, bounds: list[int], mg: ModelGraph | None = None) -> list[list[str]]:
         """Per chunk start (and the end), the values crossing it, user inputs first."""
-        mg = self.mg
+        mg = mg or self.mg
         buffers = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
         producer = {n: -1 for n in mg.input_names}
         order = list(mg.input_names)
@@ -330,9 +401,9 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
                     last_reader[n] = i
         return [[n for n in dict.fromkeys(order) if producer[n] < b <= last_reader.get(n, -1)] for b in bounds]
 
-    def _layout(self) -> dict[str, tuple]:
+    def _layout(self, mg: ModelGraph | None = None) -> dict[str, tuple]:
         """Layer outputs -> (producer's (dp, tp), canonical placements, global shape)."""
-        mg, plan = self.mg, self.plan
+        mg, plan = mg or self.mg, self.plan
         by_name = mg.nodes_by_name()
         readers: dict[str, int] = {}
         for layer in mg.layers:
@@ -365,9 +436,9 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
 
     # ---- training ---------------------------------------------------------------------------
     def forward(self, *inputs, **kwargs) -> torch.Tensor:
-        """Evaluation, under ``torch.no_grad()``: the mean loss of a whole global batch (as
-        :meth:`train_step` takes it; each rank's share with ``inputs="local"``) through the
-        schedule's forward only, on every rank. With gradients on it is refused: a pipeline's
+        """Evaluation, under ``torch.no_grad()``: the mean loss of a batch (the global batch, or
+        one of another size or a shorter sequence; each rank's share with ``inputs="local"``)
+        through the schedule's forward only, on every rank. With gradients on it is refused: a pipeline's
         backward runs inside its schedule (:meth:`forward_backward`)."""
         if torch.is_grad_enabled():
             raise PlanError("a pipelined plan runs whole steps through its schedule, so pm(batch).backward() cannot "
@@ -380,13 +451,13 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             raise ConfigError("pm(batch, outputs=True) needs a plan without pipeline stages (search={'pp': (1,)}): "
                               "a pipeline's last stage hands on its loss only")
         args = tuple(args)
-        self._check_planned(args)  # (every rank: each was given the batch)
+        schedule, m = self._schedule_for(args)  # (every rank: each was given the batch)
         args = args if self._first else ()
         losses: list[torch.Tensor] = []
         if self._last is not None:
-            self.schedule.eval(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
+            schedule.eval(*args, target=torch.zeros(m, device=self.device), losses=losses)
         else:
-            self.schedule.eval(*args)
+            schedule.eval(*args)
         scale = self.scaler.scale if self.scaler is not None else 1.0
         return torch.tensor(self._mean_loss(losses) / scale)
 
@@ -404,14 +475,14 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             args = tuple(self.mg.bind_inputs(batch))
             with self.guard.step((args, self.mg.input_names)):
                 whole = tuple(self._global_inputs(args))  # (a collective: every rank gathers)
-                self._check_planned(whole)
+                run = self._schedule_for(whole)
                 args = whole if self._first else ()
-                return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
+                return self._train_step(args, optimizer, run, max_norm=max_norm, scheduler=scheduler)
         args = tuple(self.mg.bind_inputs(batch))
-        self._check_planned(args)  # (every rank: each was given the global batch)
+        run = self._schedule_for(args)  # (every rank: each was given the global batch)
         args = args if self._first else ()
         with self.guard.step((args, self.mg.input_names) if self._first else None):
-            return self._train_step(args, optimizer, max_norm=max_norm, scheduler=scheduler)
+            return self._train_step(args, optimizer, run, max_norm=max_norm, scheduler=scheduler)
 
     def forward_backward(self, batch) -> torch.Tensor:
         """The schedule's forward and backward and the gradient sync, the gradients left in
@@ -422,16 +493,17 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
         """:meth:`ParallelModule.clip_grad_norm_` over every stage's parameters (collective)."""
         return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite)
 
-    def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
-                    scheduler=None) -> float:
+    def _train_step(self, args: tuple, optimizer: torch.optim.Optimizer | None, run: tuple, *,
+                    max_norm: float | None = None, scheduler=None) -> float:
         if not self.syncing and optimizer is not None:
             raise ConfigError("train_step steps the optimizer, so it cannot run inside no_sync(): accumulate "
                               "with pm.forward_backward(batch) there, then step after the last one outside")
+        schedule, m = run
         losses: list[torch.Tensor] = []
         if self._last is not None:  # the loss is the last chunk's output: a dummy target per micro-batch
-            self.schedule.step(*args, target=torch.zeros(self.num_microbatches, device=self.device), losses=losses)
+            schedule.step(*args, target=torch.zeros(m, device=self.device), losses=losses)
         else:
-            self.schedule.step(*args)
+            schedule.step(*args)
         scale = self.scaler.scale if self.scaler is not None else 1.0
         if not self.syncing:  # inside no_sync(): the gradients accumulate, unsynced and scaled
             return self._mean_loss(losses) / scale
@@ -456,20 +528,6 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, nn.Module
             for hits in copies:
                 for ex, k in hits:
                     ex.set_full_grad(k, total)
-
-    def _check_planned(self, args: tuple) -> None:
-        """A batch of the planned global shape (the first stage's ranks read it): the stages'
-        buffers and the schedule are built for it; another is refused, saying what runs it."""
-        if not args:
-            return
-        m = self.num_microbatches
-        want = [(s[0] * m,) + tuple(s[1:]) if s else () for s in self.mg.example_shapes]
-        got = [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in args]
-        if got != want:
-            raise ConfigError(f"a pipelined plan runs batches of its planned shape {[list(w) for w in want]} "
-                              f"({self.mg.input_names}), got {[list(g) for g in got]}: pass whole global batches "
-                              "(a DataLoader's drop_last=True), or plan without pipeline stages (search={'pp': (1,)}), "
-                              "whose modules run smaller batches and shorter sequences too")
 
     def _mean_loss(self, losses: list[torch.Tensor]) -> float:
         """The global mean loss, on every rank: the last stage reduces its (dp-partial) sum, and

@@ -4,6 +4,9 @@ batch, a shorter sequence, under the same plan.
 Contract: :class:`ShapeVariants` is a base of ``ParallelModule``; the host calls
 :meth:`ShapeVariants._init_shapes` at the end of its ``__init__`` and routes every batch through
 :meth:`ShapeVariants._micro_batches` and every micro-batch through :meth:`ShapeVariants._activate`.
+``PipelineModule`` has the model-level half, :class:`BatchShapes` (the split, the recapture), and
+switches its chunks' ``ParallelModule`` bodies itself (:meth:`ShapeVariants._add_variant`,
+:meth:`ShapeVariants._use_variant`), with a schedule per variant and micro-batch count.
 A batch may be any size, and every other dim up to the captured one (a longer one would need
 memory the plan did not price: refused, saying to re-plan). It runs as ``m'`` equal
 micro-batches, ``m'`` the fewest that keep each at most the planned micro-batch
@@ -52,25 +55,24 @@ def _signature(tensors: Sequence) -> tuple:
     return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in tensors)
 
 
-class ShapeVariants:
-    """Other shapes under the same plan (see the module doc)."""
+class BatchShapes:
+    """The model-level half (module doc): a batch split into equal micro-batches, and the user's
+    model captured again at a micro-batch's shape. The host has ``mg``, ``plan`` and
+    ``inputs_mode``, and calls :meth:`_init_batch_shapes` in its ``__init__``."""
 
     shape_cache_limit = 8
 
-    def _init_shapes(self, model, resolve, keep_model: bool) -> None:
+    def _init_batch_shapes(self, model, keep_model: bool, layers: Sequence[int]) -> None:
         d = self.__dict__
         # the module to capture again (not a submodule: its parameters are not this one's);
-        # a pipeline's chunks hold none (a pipeline runs its planned shape only)
+        # a pipeline's chunks hold none (their pipeline does)
         d["_shape_model"] = model if keep_model else None
-        d["_resolve"] = resolve
         d["_capture_loss_fn"] = None  # compile() sets the loss_fn the model was captured with
-        d["_variants"] = collections.OrderedDict()  # signature -> {executor index: state}
-        d["_base_state"] = None  # the captured shape's state, kept once a variant exists
-        d["_active"] = None  # the signature whose state the executors hold (None: the captured one)
+        d["_variants"] = collections.OrderedDict()  # signature -> what runs that shape
         d["_recaptures"] = 0
         d["_base_sig"] = tuple((tuple(s), None) for s in self.mg.example_shapes)
         # a micro-batch splits evenly over every layer's data-parallel degree
-        d["_dp_lcm"] = math.lcm(*(self.plan.layers[i].dp for i in self.layer_ids))
+        d["_dp_lcm"] = math.lcm(*(self.plan.layers[i].dp for i in layers))
 
     # ---- what the user sees -------------------------------------------------------------------
     def release_model(self) -> None:
@@ -127,35 +129,9 @@ class ShapeVariants:
                     "Pass shorter sequences, or re-plan for the longer one (pm.replan(seq_len=...), or compile "
                     "with that example)")
 
-    # ---- variants ------------------------------------------------------------------------------
-    def _activate(self, inputs: Sequence) -> None:
-        """Make the executors run micro-batches shaped as ``inputs`` (module doc)."""
-        sig = _signature(inputs)
-        if sig == self._active or (self._active is None and self._is_base(sig)):
-            return
-        if self._is_base(sig):
-            self._swap(self._base_state)
-            self.__dict__["_active"] = None
-            return
-        if sig not in self._variants:
-            with torch.enable_grad():  # (an evaluation's first call: the program has a backward all the same)
-                self._build_variant(sig, inputs)
-        self._variants.move_to_end(sig)
-        self._swap(self._variants[sig])
-        self.__dict__["_active"] = sig
-
     def _is_base(self, sig: tuple) -> bool:
         return len(sig) == len(self._base_sig) and all(
             (s is None) == (b is None) and (s is None or s[0] == b[0]) for s, b in zip(sig, self._base_sig))
-
-    def _swap(self, state: dict) -> None:
-        for k, ex in enumerate(self.executors):
-            for attr, value in state[k].items():
-                setattr(ex, attr, value)
-
-    @staticmethod
-    def _state_of(ex) -> dict:
-        return {attr: getattr(ex, attr) for attr in _SWAPPED}
 
     def _call_form(self, inputs: Sequence) -> tuple[tuple, dict]:
         """The positional and keyword arguments of a call of the user's model with ``inputs``."""
@@ -188,12 +164,9 @@ class ShapeVariants:
         return capture(runtime_model(model, self.plan.precision), args, self._capture_loss_fn,
                        example_kwargs=kwargs, annotate=False, probe=False, name=self.mg.name)
 
-    def _build_variant(self, sig: tuple, inputs: Sequence) -> None:
-        from galvatron_fx.passes.apply_placements import PlacedLayer
-        from galvatron_fx.passes.lower_program import lower as lower_program
-        from galvatron_fx.runtime.lowered import _Lowered
-
-        t0 = time.perf_counter()
+    def _recapture_checked(self, sig: tuple, inputs: Sequence):
+        """The model captured at ``inputs``' shapes, checked to have the planned layers and
+        parameters, with the captured graph's batched values and batch scaling."""
         mg = self._recapture(inputs)
         base = self.mg
         if [l.name for l in mg.layers] != [l.name for l in base.layers] or \
@@ -201,10 +174,76 @@ class ShapeVariants:
             raise PlanError(f"{base.name} at shapes {[list(s[0]) for s in sig if s]} captures to other layers than "
                             "at the planned shape (a shape-dependent branch in the model): re-plan at this shape")
         mg.batched, mg.batch_scaling = set(base.batched), base.batch_scaling
+        self.__dict__["_recaptures"] = self._recaptures + 1
+        return mg
+
+class ShapeVariants(BatchShapes):
+    """The executors' half (module doc): each variant's placed graphs and lowered programs,
+    swapped in per micro-batch."""
+
+    def _init_shapes(self, model, resolve, keep_model: bool) -> None:
+        self._init_batch_shapes(model, keep_model, self.layer_ids)
+        d = self.__dict__
+        d["_resolve"] = resolve
+        d["_base_state"] = None  # the captured shape's state, kept once a variant exists
+        d["_active"] = None  # the signature whose state the executors hold (None: the captured one)
+
+    # ---- variants ------------------------------------------------------------------------------
+    def _activate(self, inputs: Sequence) -> None:
+        """Make the executors run micro-batches shaped as ``inputs`` (module doc)."""
+        sig = _signature(inputs)
+        if sig == self._active or (self._active is None and self._is_base(sig)):
+            return
+        if self._is_base(sig):
+            self._swap(self._base_state)
+            self.__dict__["_active"] = None
+            return
+        if sig not in self._variants:
+            with torch.enable_grad():  # (an evaluation's first call: the program has a backward all the same)
+                self._build_variant(sig, inputs)
+        self._variants.move_to_end(sig)
+        self._swap(self._variants[sig])
+        self.__dict__["_active"] = sig
+
+    def _swap(self, state: dict) -> None:
+        for k, ex in enumerate(self.executors):
+            for attr, value in state[k].items():
+                setattr(ex, attr, value)
+
+    @staticmethod
+    def _state_of(ex) -> dict:
+        return {attr: getattr(ex, attr) for attr in _SWAPPED}
+
+    def _build_variant(self, sig: tuple, inputs: Sequence) -> None:
+        t0 = time.perf_counter()
+        self._add_variant(sig, self._recapture_checked(sig, inputs))
+        log.info("galvatron_fx: micro-batches of shapes %s captured and lowered under the plan in %.1f s (%d shapes "
+                 "cached, %d recaptures)", [list(s[0]) for s in sig if s], time.perf_counter() - t0,
+                 len(self._variants), self._recaptures)
+
+    def _use_variant(self, sig: tuple | None) -> None:
+        """Make the executors run the variant ``sig`` (added by :meth:`_add_variant`), or the
+        captured shape (None): a pipeline's chunks are switched so, by their pipeline."""
+        if sig == self._active:
+            return
+        if sig is None:
+            self._swap(self._base_state)
+        else:
+            self._variants.move_to_end(sig)
+            self._swap(self._variants[sig])
+        self.__dict__["_active"] = sig
+
+    def _add_variant(self, sig: tuple, mg) -> None:
+        """Lower this module's layers of ``mg`` (the model captured at the micro-batch shapes
+        ``sig``) under the plan, and cache what the executors swap in for it."""
+        from galvatron_fx.passes.apply_placements import PlacedLayer
+        from galvatron_fx.passes.lower_program import lower as lower_program
+        from galvatron_fx.runtime.lowered import _Lowered
+
         micro = next((s[0][0] for s in sig if s is not None and s[0]), 1)
         widest = max(lp.dp for lp in self.plan.layers)
-        plan = dataclasses.replace(self.plan, global_batch_size=micro, num_microbatches=1,
-                                   micro_batch_size=max(1, micro // widest))
+        k = self.plan.num_microbatches  # (the plan's own count, valid for its schedule: micro-batches of `micro`)
+        plan = dataclasses.replace(self.plan, global_batch_size=micro * k, micro_batch_size=max(1, micro // widest))
         program = lower_program(mg, plan, mesh_of=lambda _stage, dp, tp: self.mesh(dp, tp), resolve=self._resolve,
                                 layers=self.layer_ids)
         by_name = {lay.name: lay for lay in program.layers}
@@ -235,9 +274,5 @@ class ShapeVariants:
         finally:
             self._swap(self._base_state if self._active is None else self._variants[self._active])
         self._variants[sig] = state
-        self.__dict__["_recaptures"] = self._recaptures + 1
         while len(self._variants) > self.shape_cache_limit:
             self._variants.popitem(last=False)
-        log.info("galvatron_fx: micro-batches of shapes %s captured and lowered under the plan in %.1f s (%d shapes "
-                 "cached, %d recaptures)", [list(s[0]) for s in sig if s], time.perf_counter() - t0,
-                 len(self._variants), self._recaptures)

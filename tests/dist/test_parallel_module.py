@@ -320,35 +320,34 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
         want = sum(part.item() for part in micro_losses(ref, group[0], m)) / m
         res["eval_rel"] = abs(float(got) - want) / abs(want)
         res["eval_grads"] = sum(p.grad is not None for p in pm.parameters())
-        if isinstance(share, dict) and hasattr(pm, "shape_cache_info"):  # its outputs too: logits, whole
+        if isinstance(share, dict) and pm.plan.pp == 1:  # its outputs too: logits, whole
             out, ref_out = pm(share, outputs=True), ref(**group[0])
             res["logits_err"] = (out["logits"] - ref_out.logits).abs().max().item()
             res["outputs_loss_rel"] = abs(float(out["loss"]) - want) / abs(want)
-    if hasattr(pm, "shape_cache_info"):  # (a pipeline runs its planned shape only)
-        # half the batch (where it still splits over every layer's dp) and half the sequence: an
-        # evaluation, then a last, smaller training step, against one process
-        dps = math.lcm(*(lp.dp for lp in pm.plan.layers))
-        n = len(_first(group[0]))
-        n = n // 2 if (n // 2) % dps == 0 else n
-        half = _halved(group[0], n)
-        mine = half if not local else tuple(x.chunk(d)[k] for x in half)
-        with torch.no_grad():
-            got = pm(mine) if isinstance(mine, dict) else pm(*mine)
-            want = float(next(iter(micro_losses(ref, half, 1))))
-        res["eval_half_rel"] = abs(float(got) - want) / abs(want)
-        loss = pm.forward_backward(mine)
-        norm = pm.clip_grad_norm_(MAX_NORM)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        want_loss = next(iter(micro_losses(ref, half, 1)))
-        want_loss.backward()
-        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
-        ref_opt.step()
-        ref_opt.zero_grad(set_to_none=True)
-        res["half_step_rel"] = [abs(float(loss) - want_loss.item()) / want_loss.item(),
-                                abs(float(norm) - float(ref_norm)) / float(ref_norm)]
-        res["shapes"] = pm.shape_cache_info()
-        res["half_shape"] = [list(x.shape) for x in (half.values() if isinstance(half, dict) else half)]
+    # half the batch (where it still splits over every layer's dp) and half the sequence: an
+    # evaluation, then a last, smaller training step, against one process
+    dps = math.lcm(*(lp.dp for lp in pm.plan.layers))
+    n = len(_first(group[0]))
+    n = n // 2 if (n // 2) % dps == 0 else n
+    half = _halved(group[0], n)
+    mine = half if not local else tuple(x.chunk(d)[k] for x in half)
+    with torch.no_grad():
+        got = pm(mine) if isinstance(mine, dict) else pm(*mine)
+        want = float(next(iter(micro_losses(ref, half, 1))))
+    res["eval_half_rel"] = abs(float(got) - want) / abs(want)
+    loss = pm.forward_backward(mine)
+    norm = pm.clip_grad_norm_(MAX_NORM)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    want_loss = next(iter(micro_losses(ref, half, 1)))
+    want_loss.backward()
+    ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
+    ref_opt.step()
+    ref_opt.zero_grad(set_to_none=True)
+    res["half_step_rel"] = [abs(float(loss) - want_loss.item()) / want_loss.item(),
+                            abs(float(norm) - float(ref_norm)) / float(ref_norm)]
+    res["shapes"] = pm.shape_cache_info()
+    res["half_shape"] = [list(x.shape) for x in (half.values() if isinstance(half, dict) else half)]
     sd, ref_sd = pm.state_dict(), ref.state_dict()
     res["param_err"] = max((sd[n] - v).abs().max().item() for n, v in ref_sd.items() if n in sd)
     res["missing"] = sorted(set(ref_sd) - set(sd))

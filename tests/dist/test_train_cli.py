@@ -11,21 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from galvatron_fx.cli import build_parser, main
+from galvatron_fx.cli import main, parse_args
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.train_cli import load_run_config, resolve_run
+from galvatron_fx.train_cli import resolve_run
 
-RUN = """model = "gpt-tiny"
+RUN = """[model]
+name = "gpt-tiny"
+
+[parallelism]
+pp = [1]
+
+[training]
 batch = 8
 seq = 32
 steps = 4
+
+[optimizer]
 lr = 3e-3
-pp = [1]
+
+[checkpoint]
+dir = "ckpt"
+
+[metrics]
 out = "out"
-checkpoint_dir = "ckpt"
 """
 # a real run's recipe: token-file data with a validation split, warmup then cosine, weight decay,
-# clipping, a line every 2 steps and a val loss every 2
+# clipping, a line every 2 steps and a val loss every 2 (flat names: the flags')
 RECIPE = """data = "tokens.bin"
 warmup = 2
 schedule = "cosine"
@@ -54,21 +65,50 @@ def _torchrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_run_config_keys_types_and_overrides(tmp_path):
+def test_run_config_sections_types_and_overrides(tmp_path):
+    from galvatron_fx import run_config
+
     cfg = tmp_path / "sub" / "run.toml"
     cfg.parent.mkdir()
     cfg.write_text(RUN)
-    data = load_run_config(cfg)
-    assert data["out"] == str(cfg.parent / "out")  # relative to the file
-    args = build_parser().parse_args(["train", "--config", str(cfg), "--steps", "9", "--lr", "0.5", "--tp", "1,2"])
+    run = run_config.load(cfg)
+    assert run.metrics.out == str(cfg.parent / "out") and run.checkpoint.dir == str(cfg.parent / "ckpt")  # beside it
+    assert (run.model.name, run.training.steps, run.optimizer.lr, run.parallelism.pp) == ("gpt-tiny", 4, 3e-3, [1])
+    # the file, then --section.key overrides (TOML literals; a bare word a string), then the flags
+    args = parse_args(["train", "--config", str(cfg), "--training.steps", "7", "--optimizer.schedule=cosine",
+                       "--optimizer.warmup", "2", "--parallelism.tp", "[1, 2]", "--lr", "0.5", "--data.source",
+                       "my.mod:batches"])
     run = resolve_run(args)
-    assert run["steps"] == 9 and run["lr"] == 0.5 and run["tp"] == [1, 2] and run["batch"] == 8
-    assert run["model"] == "gpt-tiny" and run["precision"] is None and run["optimizer"] == "adamw"  # (by the cluster)
-    for text, expect in [("stepz = 3\n", "unknown keys stepz"), ("steps = \"4\"\n", "steps = '4' should be a int"),
-                         ("tp = [\"a\"]\n", "list of integers"), ("steps = [\n", "not valid TOML")]:
+    assert run.training.steps == 7 and run.optimizer.schedule == "cosine" and run.optimizer.warmup == 2
+    assert run.parallelism.tp == [1, 2] and run.optimizer.lr == 0.5 and run.data.source == "my.mod:batches"
+    assert run.training.batch == 8 and run.parallelism.precision is None and run.optimizer.name == "adamw"
+    assert resolve_run(parse_args(["train", "--config", str(cfg), "--training.steps", "7", "--steps", "9"])
+                       ).training.steps == 9  # a flag over an override
+    # flat names (the flags') at the top level are the same keys
+    cfg.write_text('model = "gpt-tiny"\nsteps = 3\ncheckpoint_dir = "c"\noptimizer = "sgd"\n')
+    run = run_config.load(cfg)
+    assert (run.training.steps, run.checkpoint.dir, run.optimizer.name) == (3, str(cfg.parent / "c"), "sgd")
+    json.dumps(run.to_dict())  # (written beside the run's metrics)
+    for text, expect in [("stepz = 3\n", "unknown key 'stepz'"), ("[training]\nstepz = 3\n", "has no key 'stepz'"),
+                         ("[trainin]\nsteps = 3\n", "unknown key 'trainin'"),
+                         ("[training]\nsteps = \"4\"\n", "training.steps = '4' should be a int"),
+                         ("tp = [\"a\"]\n", "list of ints"), ("steps = [\n", "not valid TOML")]:
         cfg.write_text(text)
         with pytest.raises(ConfigError, match=expect.replace("[", r"\[")):
-            load_run_config(cfg)
+            run_config.load(cfg)
+    cfg.write_text(RUN)
+    for argv, expect in [(["--training.stepz", "3"], "has no key 'stepz'"), (["--trainin.steps", "3"], "unknown section"),
+                         (["--training.steps", "x"], "should be a int"),
+                         (["--optimizer.warmup", "9"], "optimizer.warmup = 9: give fewer steps")]:
+        with pytest.raises(ConfigError, match=expect):
+            resolve_run(parse_args(["train", "--config", str(cfg), *argv]))
+    with pytest.raises(SystemExit):  # only train takes them
+        parse_args(["plan", "gpt-tiny", "--training.steps", "3"])
+    big = tmp_path / "big.toml"  # a file that is no config: refused unread, not loaded into memory
+    with big.open("wb") as f:
+        f.truncate(17 * 2**20)
+    with pytest.raises(ConfigError, match="larger than 16 MiB"):
+        run_config.load(big)
 
 
 def test_train_resume_and_export(tmp_path):
@@ -118,10 +158,15 @@ def test_train_resume_and_export(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()  # the run's page, its measurements in it
     assert 'id="pvm"' in page and 'id="step_chart"' in page and 'id="loss_chart"' in page
     assert "<td>MFU</td>" in page and "<td>compute density (stage 0)</td>" in page
-    # a flag overrides the file: 2 more steps, resumed from the checkpoint at step 4
-    proc = _torchrun(tmp_path, "--config", "run.toml", "--steps", "6")
+    config = json.loads((tmp_path / "out" / "run_config.json").read_text())  # what the run resolved, by section
+    assert config["training"]["steps"] == 4 and config["optimizer"]["schedule"] == "cosine"
+    # a flag and a --section.key override the file: 2 more steps, resumed from the checkpoint at
+    # step 4, a line each
+    proc = _torchrun(tmp_path, "--config", "run.toml", "--steps", "6", "--metrics.log_every", "1")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "resumed from" in proc.stderr and "at step 4" in proc.stderr
+    logged = [l.split(" | ")[0] for l in proc.stderr.splitlines() if l.startswith("step ") and " | " in l]
+    assert logged == ["step 5/6", "step 6/6"], logged
     steps = [json.loads(l)["step"] for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
     # the trained weights out, into a fresh model of the same kind

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from galvatron_fx.cli import build_parser
+from galvatron_fx.cli import parse_args
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.train_cli import resolve_run
 from galvatron_fx.train_recipe import TokenFile, init_from_hf, lr_at, param_groups, vocab_size
@@ -78,8 +78,8 @@ def test_token_files_that_cannot_feed_the_model_are_refused(tmp_path):
 @pytest.mark.parametrize("text,expect", [
     ("lr = nan\n", "lr = nan: give a positive"), ("lr = -1\n", "lr = -1: give a positive"),
     ("max_norm = 0\n", "max_norm = 0"), ("schedule = \"step\"\n", "one of cosine, linear, constant"),
-    ("warmup = 30\n", "fewer steps than steps = 20"), ("eval_every = 5\n", "eval_every needs data"),
-    ("log_every = 0\n", "log_every = 0"), ("checkpoint_every = -1\n", "checkpoint_every = -1"),
+    ("warmup = 30\n", "fewer steps than training.steps = 20"), ("eval_every = 5\n", "eval_every needs data"),
+    ("log_every = 0\n", "log_every = 0"), ("checkpoint_every = -1\n", "checkpoint.every = -1"),
     ("val_fraction = 1.5\n", "val_fraction = 1.5"), ("init = \"weights/\"\n", "hf:DIR"),
     ("weight_decay = -0.1\n", "weight_decay = -0.1"), ("min_lr = 1.0\n", "min_lr = 1.0: give a learning rate in"),
 ])
@@ -87,7 +87,7 @@ def test_a_run_config_with_a_nonsense_recipe_is_refused(tmp_path, text, expect):
     cfg = tmp_path / "run.toml"
     cfg.write_text('model = "gpt-tiny"\n' + text)
     with pytest.raises(ConfigError, match=expect.replace("[", r"\[").replace("(", r"\(")):
-        resolve_run(build_parser().parse_args(["train", "--config", str(cfg)]))
+        resolve_run(parse_args(["train", "--config", str(cfg)]))
 
 
 def test_init_from_a_save_pretrained_directory(tmp_path):
