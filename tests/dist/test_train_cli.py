@@ -114,7 +114,7 @@ def test_run_config_sections_types_and_overrides(tmp_path):
 def test_train_resume_and_export(tmp_path):
     from galvatron_fx.train_recipe import lr_at
 
-    (tmp_path / "run.toml").write_text(RUN + RECIPE)
+    (tmp_path / "run.toml").write_text(RECIPE + RUN)  # (flat keys before the first [section])
     write_tokens(tmp_path / "tokens.bin")
     proc = _torchrun(tmp_path, "--config", "run.toml")
     assert proc.returncode == 0, proc.stderr[-4000:]
