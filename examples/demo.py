@@ -1,6 +1,7 @@
 """The demo behind ``make demo``.
 
-Captures a small GPT that really runs here and a 7B Llama on the meta device (no weights),
+Measures this machine's CPU runtime once (cached: the plans of ``examples/train.py`` are priced
+with it), captures a small GPT that really runs here and a 7B Llama on the meta device (no weights),
 annotates both with measured costs, prints what the planner sees (layers, kinds, FLOPs,
 activation memory), then searches a hybrid-parallel plan for the Llama on one 8-GPU A100 node
 under a memory budget and explains it against the hand-written baselines. Dumps (graph JSON,
@@ -58,8 +59,26 @@ def plan_demo() -> None:
     print(f"  wrote {path}")
 
 
+def calibrate_cpu(world: int = 4) -> None:
+    """This machine's CPU runtime, measured once and cached: what a training step through the
+    runtime costs beyond its kernels' roofline (per kernel, per layer, the optimizer), collectives
+    inside a step and ``world`` processes sharing the cores. Every later plan on this machine's
+    CPU processes is priced with it (``galvatron_fx.cost_models.cpu_runtime``)."""
+    from galvatron_fx.profiler import cpu_calibration
+
+    if cpu_calibration.cache_path().exists():
+        print(f"this machine's CPU runtime calibration: cached at {cpu_calibration.cache_path()}")
+    else:
+        print(f"measuring this machine's CPU runtime once (a training step's per-kernel, per-layer and optimizer "
+              f"costs, collectives inside a step, {world} processes sharing the cores); cached for every later plan ...")
+    t0 = time.perf_counter()
+    cal = cpu_calibration.calibrate(worlds=(world,), runs=1, batch_sizes=(2, 4), repeats=3, progress=True)
+    print(f"  {cal.summary()} ({time.perf_counter() - t0:.0f} s)\n")
+
+
 def main() -> None:
     torch.manual_seed(0)
+    calibrate_cpu()
     show("gpt-tiny", batch=8, seq=128, device="cpu")
     show("llama2-7b", batch=1, seq=2048, device="meta")
     plan_demo()

@@ -45,6 +45,7 @@ import torch.distributed as dist
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
+from galvatron_fx.cost_models import cpu_runtime
 from galvatron_fx.host import default_cache_dir, local_fingerprint
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.train_recipe import lr_at, param_groups
@@ -279,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         cluster, profile_source = hardware(world, args.cache_dir)
         t_profile = time.perf_counter() - t0
-        say(f"hardware: {profile_source}")
+        calibrated = cpu_runtime.cached(cluster) is not None
+        say(f"hardware: {profile_source}; "
+            + ("plans priced with this machine's CPU runtime calibration" if calibrated else
+               "no CPU runtime calibration cached (python examples/demo.py measures one): plans priced from the "
+               "profile alone"))
 
         # 2. plan on rank 0, broadcast
         torch.manual_seed(0)
@@ -399,8 +404,12 @@ def main(argv: list[str] | None = None) -> int:
                            "total": time.perf_counter() - t_start},
                 "notes": ["measured step time: median wall time of train_step on each rank after "
                    f"{WARMUP_STEPS} warm-up steps, with {world} processes sharing {os.cpu_count()} CPU cores; the "
-                   "prediction comes from the profiled matmul and collective rates and does not model small-op "
-                   "inefficiency or DTensor's per-op overhead on CPU",
+                   + ("prediction is priced with this machine's CPU runtime calibration (make demo measures it "
+                      "once: the runtime's per-kernel, per-layer and optimizer costs, collectives inside a step, "
+                      "shared cores)" if calibrated else
+                      "prediction comes from the profiled matmul and collective rates and does not model small-op "
+                      "inefficiency or DTensor's per-op overhead on CPU (no CPU runtime calibration cached: "
+                      "python examples/demo.py measures one)"),
                    "measured memory: peak of tensor bytes seen by MemTracker during one training step "
                    "(parameters, gradients, optimizer states, activations and temporaries), per rank"],
             }

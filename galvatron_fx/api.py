@@ -28,6 +28,8 @@ pipelined plan the first rank of each stage writes its stage's under ``stage<k>/
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +48,18 @@ from galvatron_fx.runtime.precision import runtime_model as _runtime_model
 from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
+_QUIET = contextvars.ContextVar("galvatron_fx_quiet", default=False)
+
+
+@contextlib.contextmanager
+def quiet():
+    """Within it, ``compile`` keeps its one line (what runs, on which figures) to the log: for
+    compiles a tool makes for itself (the CPU calibration's probe), not the user's."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
 
 __all__ = ["compile", "check_same_plan", "plan_on_rank0"]
 
@@ -301,12 +315,18 @@ def _compile(model, cluster, example_inputs, example_kwargs, loss_fn, global_bat
                               f"own precision; drop precision= or re-plan in {precision}")
         check_same_plan(plan)  # first: the checks below then see one plan on every rank
     if dist.get_rank() == 0:  # what will run, and on which figures: one line where people look
+        from galvatron_fx.cost_models.cpu_runtime import cached
+
+        calibrated = not given and cost_model is None and plan.precision == "fp32" and cached(cluster) is not None
         summary = (f"galvatron_fx: {plan.explain().splitlines()[0]}; predicted {plan.predicted.step_time_s * 1e3:.1f} "
                    f"ms per step, {max(plan.predicted.device_peak_bytes) / 2**20:.1f} MiB per device "
                    f"({'the plan given' if given else 'searched on rank 0'}); hardware: "
-                   f"{cluster.describe_source()}")
+                   f"{cluster.describe_source()}"
+                   + ("; priced with this machine's CPU runtime calibration (step overheads, in-step collectives "
+                      "and shared cores as measured)" if calibrated else ""))
         log.info(summary)
-        print(summary, file=sys.stderr)
+        if not _QUIET.get():
+            print(summary, file=sys.stderr)
     if plan.world_size != world:  # every rank holds the same plan now: all raise, none waits
         raise PlanError(f"plan {plan.model!r} was made for world size {plan.world_size}, this job has {world}: "
                         f"launch with {plan.world_size} processes (torchrun --nproc-per-node {plan.world_size}) "

@@ -88,8 +88,8 @@ from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.pipeline import PipelineResult
 from galvatron_fx.errors import ConfigError
 
-__all__ = ["CPURuntimeCalibration", "CPURuntimeCostModel", "PROBE", "SCHEMA_VERSION", "comm_excess", "cost_model",
-           "efficiency"]
+__all__ = ["CPURuntimeCalibration", "CPURuntimeCostModel", "PROBE", "SCHEMA_VERSION", "cache_path", "cached",
+           "calibrated_cost_model", "comm_excess", "cost_model", "efficiency", "machine_fingerprint"]
 
 SCHEMA_VERSION = 8  # 8: kernel bytes without metadata queries, in the compute dtype; 7: tensor-parallel gradients summed where a value is made (runtime); 6: collectives close to a sync; 5: optimizer per element / tensor / DTensor; op-by-op overhead; probe plans at N ranks
 # The probe: GPT-family, shaped unlike every zoo configuration (width 96, 3 heads, 320 tokens).
@@ -390,3 +390,60 @@ class CPURuntimeCostModel(AnalyticCostModel):
 def cost_model(cluster: Cluster, cal: CPURuntimeCalibration) -> CPURuntimeCostModel:
     """The calibrated cost model for ``cluster`` (gloo CPU processes on this host)."""
     return CPURuntimeCostModel(cluster, cal)
+
+
+# ---- this machine's cached calibration ------------------------------------------------------------
+def machine_fingerprint() -> str:
+    """What a calibration depends on: CPU model, cores, torch version, the probe."""
+    import os
+
+    import torch
+
+    from galvatron_fx.host import cpu_model, make_fingerprint
+
+    return make_fingerprint({"cpu": cpu_model(), "cores": os.cpu_count() or 1, "torch": torch.__version__,
+                             "probe": PROBE, "schema": SCHEMA_VERSION})
+
+
+def cache_path(cache_dir=None):
+    """Where this machine's calibration is cached (``default_cache_dir``)."""
+    from pathlib import Path
+
+    from galvatron_fx.host import default_cache_dir
+
+    return Path(default_cache_dir(cache_dir)) / f"cpu-runtime-{machine_fingerprint()}.json"
+
+
+def cached(cluster: Cluster, cache_dir=None) -> CPURuntimeCalibration | None:
+    """This machine's cached calibration when ``cluster`` is this host's gloo CPU processes
+    (``Cluster.local_cpu``: profiled or the defaults; its fingerprint is this host's), else None.
+    An unreadable cache file is ignored (with a warning)."""
+    import logging
+
+    from galvatron_fx.host import local_fingerprint
+    from galvatron_fx.limits import load_json, read_text
+
+    if cluster.backend != "gloo" or not all(k.lower().startswith("cpu") for k in cluster.device_specs) \
+            or cluster.fingerprint != local_fingerprint(cluster.world_size):
+        return None
+    path = cache_path(cache_dir)
+    if not path.exists():
+        return None
+    try:
+        return CPURuntimeCalibration.from_dict(load_json(read_text(path, what="calibration"),
+                                                         f"calibration {str(path)!r}"))
+    except (ConfigError, OSError, KeyError, TypeError, ValueError) as e:
+        logging.getLogger(__name__).warning("cpu_runtime: ignoring unreadable calibration %s (%s)", path, e)
+        return None
+
+
+def calibrated_cost_model(cluster: Cluster, precision="fp32") -> CPURuntimeCostModel | None:
+    """The planner's default on this machine's CPU processes: the calibrated model when a
+    calibration of this machine is cached (``galvatron_fx.profiler.cpu_calibration.calibrate``;
+    ``make demo`` measures one) and the plan computes in fp32 (what the probe measured), else None
+    (the analytic model)."""
+    compute = getattr(precision, "compute_dtype", precision)
+    if str(compute).removeprefix("torch.") not in ("fp32", "float32"):
+        return None
+    cal = cached(cluster)
+    return cost_model(cluster, cal) if cal is not None else None

@@ -35,12 +35,10 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from galvatron_fx.local_cluster import default_local_cpu
-from galvatron_fx.cost_models.cpu_runtime import PROBE, SCHEMA_VERSION, CPURuntimeCalibration, CPURuntimeCostModel
+from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, CPURuntimeCostModel, cache_path, machine_fingerprint
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
 from galvatron_fx.limits import load_json
 from galvatron_fx.profiler.cpu_probe import (PROBE_PLANS, _probe_model, fit_rates, fit_runtime_overhead,
                                              measure_collectives, measure_slowdown, probe_plan_space)
@@ -49,18 +47,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["cache_path", "calibrate", "combine", "machine_fingerprint", "measure_once", "with_current_slowdown",
            "with_fsdp_factor"]
-
-
-def machine_fingerprint() -> str:
-    """What the calibration depends on: CPU model, cores, torch version, the probe."""
-    import torch
-
-    return make_fingerprint({"cpu": cpu_model(), "cores": os.cpu_count() or 1, "torch": torch.__version__,
-                             "probe": PROBE, "schema": SCHEMA_VERSION})
-
-
-def cache_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    return Path(default_cache_dir(cache_dir)) / f"cpu-runtime-{machine_fingerprint()}.json"
 
 
 def fit_fsdp_factor(cal: CPURuntimeCalibration) -> tuple[dict[int, float], dict[int, float], dict]:

@@ -58,6 +58,15 @@ __all__ = ["COLLECTIVE_SIZES", "PROBE_PLANS", "fit_rates", "fit_runtime_overhead
 REFERENCE_FLOPS, REFERENCE_BYTES_S = 20e9, 10e9  # the fits' reference peaks (any positive values do)
 
 
+def _quiet_compile(*args, **kwargs):
+    """``galvatron_fx.compile`` without its line on stderr (the probe's compiles are not the user's)."""
+    import galvatron_fx as gfx
+    from galvatron_fx.api import quiet
+
+    with quiet():
+        return gfx.compile(*args, **kwargs)
+
+
 # ---------------------------------------------------------------- 1. rates from single layers
 def _probe_model(batch: int):
     from galvatron_fx import zoo
@@ -109,8 +118,6 @@ def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) ->
     import torch
     import torch.distributed as dist
 
-    import galvatron_fx as gfx
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
@@ -120,7 +127,7 @@ def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) ->
         for b, rc in ((b, rc) for b in batch_sizes for rc in ("none", "selective")):
             model, inputs = _probe_model(b)
             # recompute none: every layer lowered; selective: run op by op through DTensor
-            pm = gfx.compile(model, cluster, inputs, global_batch_size=b,
+            pm = _quiet_compile(model, cluster, inputs, global_batch_size=b,
                              search={"pp": (1,), "tp": (1,), "recompute": (rc,), "uniform": True})
             opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
             for _ in range(2):
@@ -230,14 +237,12 @@ def _step_worker(idx: int, port: int, barrier, queue, batch: int, rounds: int, s
     import torch
     import torch.distributed as dist
 
-    import galvatron_fx as gfx
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
     try:
         model, inputs = _probe_model(batch)
-        pm = gfx.compile(model, default_local_cpu(1), inputs, global_batch_size=batch, search={"pp": (1,)})
+        pm = _quiet_compile(model, default_local_cpu(1), inputs, global_batch_size=batch, search={"pp": (1,)})
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
         pm.train_step(inputs, opt)  # warm-up
         alone, together = [], []
@@ -317,8 +322,6 @@ def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], r
     import torch
     import torch.distributed as dist
 
-    import galvatron_fx as gfx
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
@@ -364,7 +367,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], r
         model, inputs = _probe_model(batch)
         live = {}
         for name in PROBE_PLANS:
-            pm = gfx.compile(model, default_local_cpu(world), inputs, global_batch_size=batch,
+            pm = _quiet_compile(model, default_local_cpu(world), inputs, global_batch_size=batch,
                              search=probe_plan_space(name, world))
             live[name] = (pm, torch.optim.AdamW(pm.parameters(), lr=0.0))
             for _ in range(2):

@@ -19,11 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from galvatron_fx.cost_models.base import AnalyticCostModel
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.search.candidates import SearchSpace, shared_option_caches
 
 __all__ = ["one_option", "plan_each_grad_comm", "search_each_grad_comm"]
@@ -61,10 +59,9 @@ def search_each_grad_comm(space: SearchSpace, search: Callable[[SearchSpace], Pa
 def plan_each_grad_comm(space: SearchSpace, mg, cluster, **plan_kwargs) -> ParallelPlan:
     """:func:`~galvatron_fx.search.planner.plan` of the captured ``mg`` once per gradient
     communication ``space`` allows, the fastest kept (:func:`search_each_grad_comm`)."""
-    from galvatron_fx.search.planner import plan  # the planner calls this module: imported on use
+    from galvatron_fx.search.planner import default_cost_model, plan  # the planner calls this module: imported on use
 
     if plan_kwargs.get("cost_model") is None:  # one cost model for all: the searches share its ILP solutions
-        precision = Precision.named(plan_kwargs.get("precision", "fp32"))
-        plan_kwargs["cost_model"] = AnalyticCostModel(cluster, precision=precision)
+        plan_kwargs["cost_model"] = default_cost_model(cluster, plan_kwargs.get("precision", "fp32"))
     with shared_option_caches():
         return search_each_grad_comm(space, lambda sub: plan(mg, cluster, search=sub, **plan_kwargs))

@@ -65,6 +65,18 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
                                          host_budget=space.host_memory_budget), grad_comm=space.grad_comm)
 
 
+def default_cost_model(cluster: Cluster, precision: str = "fp32") -> CostModel:
+    """What a search prices with when given no cost model: on this machine's CPU processes with a
+    cached calibration of this machine, the calibrated model
+    (:func:`~galvatron_fx.cost_models.cpu_runtime.calibrated_cost_model`: a training step's
+    runtime overhead, in-step collectives and shared cores, measured); else the analytic model
+    of ``cluster``'s figures."""
+    from galvatron_fx.cost_models.cpu_runtime import calibrated_cost_model
+
+    prec = Precision.named(precision)
+    return calibrated_cost_model(cluster, prec) or AnalyticCostModel(cluster, precision=prec)
+
+
 def plan(
     model_or_graph,
     cluster: Cluster,
@@ -121,7 +133,7 @@ def plan(
         return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, cost_model=cost_model,
                                    memory_budget=memory_budget, precision=precision, name=name, progress=progress,
                                    baselines=baselines)
-    cm = cost_model or AnalyticCostModel(cluster, precision=Precision.named(precision))
+    cm = cost_model or default_cost_model(cluster, precision)
     budget = int(memory_budget) if memory_budget is not None else default_budget(cluster)
     cache = OptionCache.for_search(mg, cm, vocab_parallel=space.vocab_parallel, lowered_prices=space.lowered_prices,
                                    shard_weights=space.tp is not None)

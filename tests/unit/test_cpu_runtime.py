@@ -296,3 +296,37 @@ def test_the_profilers_own_lines_show_once():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stderr.count("profiler_start") <= 1 and proc.stderr.count("profiler_stop") <= 1, proc.stderr
     assert proc.stderr.rstrip().endswith("after")  # standard error is back afterwards
+
+
+def test_a_cached_calibration_prices_this_machines_plans_by_default(tmp_path, monkeypatch, caplog):
+    """The planner's default on this machine's CPU processes: the calibrated model once a
+    calibration of this machine is cached (make demo measures one); the analytic model for bf16,
+    other clusters, no calibration, or a damaged cache file."""
+    import galvatron_fx as gfx
+    from galvatron_fx import zoo
+    from galvatron_fx.cost_models import AnalyticCostModel
+    from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCostModel, cached
+    from galvatron_fx.search.planner import default_cost_model
+
+    monkeypatch.setenv("GFX_CACHE_DIR", str(tmp_path))
+    here = gfx.Cluster.local_cpu(2)
+    assert type(default_cost_model(here)) is AnalyticCostModel and cached(here) is None  # nothing cached yet
+    cal = _cal(fingerprint=cpu_calibration.machine_fingerprint(), collective_s={(2, 2): {4096: 1e-3}},
+               overlap={(2, 2): 1.1})
+    cpu_calibration.cache_path().write_text(json.dumps(cal.to_dict()))
+    assert isinstance(default_cost_model(here), CPURuntimeCostModel) and cached(here) == cal
+    assert type(default_cost_model(here, "bf16")) is AnalyticCostModel  # the probe measured fp32
+    assert type(default_cost_model(gfx.Cluster.preset("dgx-a100-80g", nodes=1))) is AnalyticCostModel
+    # the search prices with it: the plan's prediction is the calibrated model's
+    model, inputs = zoo.build("gpt-tiny", batch_size=4, seq_len=32, device="cpu")
+    mg = gfx.capture(model, inputs)
+    space = {"pp": (1,), "tp": (1,), "dp_types": ("ddp",), "recompute": ("none",)}
+    got = gfx.plan(mg, here, global_batch_size=4, search=space)
+    want = gfx.plan(mg, here, global_batch_size=4, search=space, cost_model=cpu_runtime.cost_model(here, cal))
+    analytic = gfx.plan(mg, here, global_batch_size=4, search=space, cost_model=AnalyticCostModel(here))
+    assert got.predicted.step_time_s == pytest.approx(want.predicted.step_time_s)
+    assert got.predicted.step_time_s != pytest.approx(analytic.predicted.step_time_s)
+    cpu_calibration.cache_path().write_text("{not json")  # damaged: ignored, said, and the analytic model
+    with caplog.at_level("WARNING"):
+        assert type(default_cost_model(here)) is AnalyticCostModel
+    assert "ignoring unreadable calibration" in caplog.text
