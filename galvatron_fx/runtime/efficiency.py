@@ -84,7 +84,11 @@ def profiled(fn: Callable[[], Any], trace: str | os.PathLike | None = None) -> t
     cuda = torch.cuda.is_available()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     prof = profile(activities=acts)
-    quiet = _SEEN[0] > 0  # the profiler's own start/stop lines (USDT: ...), shown the first time only
+    # the profiler's own start/stop lines (USDT: ...): shown the first time, by the first rank only
+    import torch.distributed as dist
+
+    first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    quiet = _SEEN[0] > 0 or not first_rank
     _SEEN[0] += 1
     with _native_stderr_off(quiet):
         prof.__enter__()
