@@ -95,7 +95,7 @@ class OptimizerConfig:
 
 @dataclass
 class DataConfig:
-    source: str | None = _f(None, (str,), flat="data", doc="a token file, or module:function")
+    source: str | None = _f(None, (str,), flat="data", doc="a token file, datasets:DIR (save_to_disk), or module:function")
     dtype: str = _f("uint16", (str,), flat="data_dtype")
     val_fraction: float = _f(0.1, _NUMBER)
 
@@ -226,6 +226,8 @@ def _relative(section: str, key: str, value: str, base: Path, is_path: bool) -> 
     """A file's relative path made relative to the file's directory."""
     if is_path and not Path(value).is_absolute():
         return str(base / value)
+    if (section, key) == ("data", "source") and value.startswith("datasets:"):  # a saved dataset, beside the config
+        return value if Path(value[9:]).is_absolute() else "datasets:" + str(base / value[9:])
     if (section, key) == ("data", "source") and not IMPORTABLE.fullmatch(value) and not Path(value).is_absolute():
         return str(base / value)  # a token file, beside the config
     if (section, key) == ("model", "init") and value.startswith("hf:") and not Path(value[3:]).is_absolute():

@@ -128,11 +128,15 @@ def _importable(spec: str, what: str):
 
 def _data(run: RunConfig, example, model):
     """``(train(step) -> batch, val(i) -> batch or None, what)``: from a token file, a data
-    function, or the example batch."""
-    from galvatron_fx.train_recipe import TokenFile, vocab_size
+    function, a saved ``datasets`` dataset, or the example batch."""
+    from galvatron_fx.train_recipe import TokenFile
 
     if not run.data.source:
         return (lambda step: example), None, "the example batch (a smoke run: give data = a token file)"
+    if run.data.source.startswith("datasets:"):
+        tokens = TokenFile.from_datasets(run.data.source.removeprefix("datasets:"), val_fraction=run.data.val_fraction,
+                                         seed=run.model.seed)
+        return _token_batches(run, tokens, example, model)
     if IMPORTABLE.fullmatch(run.data.source) and not Path(run.data.source).exists():
         fn = _importable(run.data.source, "data")
         seq = run.training.seq
@@ -145,6 +149,12 @@ def _data(run: RunConfig, example, model):
         val = (lambda i: fn(step=i, batch_size=_batch_of(example), seq_len=seq, split="val")) if takes_split else None
         return train, val, run.data.source
     tokens = TokenFile(run.data.source, dtype=run.data.dtype, val_fraction=run.data.val_fraction, seed=run.model.seed)
+    return _token_batches(run, tokens, example, model)
+
+
+def _token_batches(run: RunConfig, tokens, example, model):
+    from galvatron_fx.train_recipe import TokenFile, vocab_size
+
     layout = TokenFile.layout(example)
     first = _tensors(example)[0]
     b, t = int(first.shape[0]), int(first.shape[1])

@@ -5,7 +5,8 @@ Used by ``galvatron-fx train`` (:mod:`galvatron_fx.train_cli`); each piece is pl
 its own.
 
 - :class:`TokenFile`: a flat file of token ids (``uint16`` or ``uint32``, native byte order, as
-  nanoGPT writes ``train.bin``), memory-mapped, never read whole. Its last ``val_fraction`` is the
+  nanoGPT writes ``train.bin``), memory-mapped, never read whole; or a tokenized Hugging Face
+  ``datasets`` dataset saved with ``save_to_disk`` (:meth:`TokenFile.from_datasets`). Its last ``val_fraction`` is the
   validation split. A step's batch is ``batch`` windows of ``seq + 1`` tokens at offsets drawn from
   a generator seeded by ``(seed, step)``, so every rank draws the same global batch and a resumed
   run the same batches as an uninterrupted one; validation batches are fixed windows of the split.
@@ -92,6 +93,56 @@ class TokenFile:
         n = len(self.tokens)
         self.split = n - int(n * val_fraction)
         self.seed = seed
+
+    @classmethod
+    def from_datasets(cls, directory: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0) -> TokenFile:
+        """The same windows from a Hugging Face ``datasets`` dataset saved with ``save_to_disk``
+        (Arrow files and JSON: nothing in it runs), tokenized: its ``input_ids`` rows joined into
+        one stream. A ``DatasetDict``'s ``train`` split, validated on its ``validation`` (else
+        ``test``) split; one ``Dataset`` (or a dict without either) holds out its last
+        ``val_fraction``."""
+        import numpy as np
+
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(f"data datasets:{directory} needs the datasets package (pip install datasets), or give "
+                              "a token file") from None
+        path = Path(directory)
+        if not path.is_dir():
+            raise ConfigError(f"data datasets:{directory}: no such directory; give a dataset saved with "
+                              "save_to_disk(DIR)")
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except (FileNotFoundError, ValueError, OSError, KeyError) as e:
+            raise ConfigError(f"data datasets:{directory}: not a dataset saved with save_to_disk ({e})") from None
+
+        def stream(ds, name: str):
+            if "input_ids" not in ds.column_names:
+                raise ConfigError(f"data datasets:{directory}: the {name} split has columns {ds.column_names}, no "
+                                  "input_ids; tokenize it first (ds.map(lambda b: tokenizer(b['text']), batched=True))")
+            column = ds.data.column("input_ids")
+            values = column.combine_chunks().flatten() if hasattr(column, "combine_chunks") else column.flatten()
+            return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+        val = None
+        if isinstance(loaded, datasets.DatasetDict):
+            train_name = "train" if "train" in loaded else next(iter(loaded))
+            val_name = next((n for n in ("validation", "test") if n in loaded), None)
+            train = stream(loaded[train_name], train_name)
+            val = stream(loaded[val_name], val_name) if val_name else None
+        else:
+            train = stream(loaded, "one")
+        if val is None:
+            if not 0.0 <= val_fraction < 1.0:
+                raise ConfigError(f"val_fraction = {val_fraction}: give a fraction in [0, 1) of the dataset to hold "
+                                  "out for validation")
+            tokens, split = train, len(train) - int(len(train) * val_fraction)
+        else:
+            tokens, split = np.concatenate([train, val]), len(train)
+        self = cls.__new__(cls)
+        self.path, self.tokens, self.split, self.seed = path, tokens, split, seed
+        return self
 
     def _windows(self, lo: int, hi: int, batch: int, seq: int, key: tuple[int, ...]):
         import numpy as np

@@ -34,12 +34,10 @@ Algorithm:
   the chunk; an offloaded layer's then sit on its host masters); a weight tied across chunks (an
   embedding and its head) is summed over the ``pp`` group as full tensors and written back to
   every copy (``full_grad``/``set_full_grad`` read and write an offloaded copy's on its master).
-* Other batch shapes (:mod:`~galvatron_fx.runtime.shapes`): a batch splits into equal
-  micro-batches as on one stage; at a new micro-batch shape the model is captured once more,
-  every chunk body lowers its layers of that capture (the crossing values must be the same), and
-  a schedule for that shape and micro-batch count is built over the same chunks (static shapes
-  from that capture; GPipe order where fewer micro-batches than 1F1B takes). Every rank sees the
-  whole batch's shapes (the global batch, or the shares gathered), so every rank switches alike.
+* Other batch shapes: :mod:`~galvatron_fx.runtime.pipeline_shapes` (a schedule per micro-batch
+  shape and count). ``pm(batch, outputs=True)`` under ``no_grad``: the last chunk keeps each
+  micro-batch's other outputs (whole) beside the loss it hands the schedule, and the last stage's
+  first rank broadcasts them joined.
 * Checkpoints (``save``/``load``/``load_state_dict``): :mod:`galvatron_fx.runtime.checkpoint`
   over this rank's chunk bodies, in the format of :class:`ParallelModule`'s, so that pipelined and
   non-pipelined plans of any shape load each other's checkpoints.
@@ -50,7 +48,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import logging
-import time
 from collections.abc import Sequence
 
 import torch
@@ -64,7 +61,7 @@ from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.guard import StepGuard
-from galvatron_fx.runtime.shapes import BatchShapes, _signature
+from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
@@ -122,6 +119,7 @@ class _Chunk(nn.Module):
         self.layout = layout  # value -> ((dp, tp) of its producer, canonical placements, shape)
         self.is_last = is_last
         self.loss_spec = None  # (mesh, placements) of the loss, on the last chunk
+        self.collect: list | None = None  # the last chunk under outputs=True: each micro-batch's other outputs
         grads = requires_grad_values(body.mg)
         self.constant = {n for n in in_names if n not in grads}  # inputs that need no gradient
 
@@ -140,7 +138,12 @@ class _Chunk(nn.Module):
             shape_dp_tp, placements, shape = self.layout[name]
             env[name] = DTensor.from_local(x, self.body.mesh(*shape_dp_tp), placements, run_check=False,
                                            shape=shape, stride=_contiguous_stride(shape))
-        values = self.body.run_layers(env, self.out_names)
+        extra = list(self.body.mg.extra_output_names) if self.is_last and self.collect is not None else []
+        values = self.body.run_layers(env, self.out_names + extra)
+        if extra:  # pm(batch, outputs=True): the model's other outputs, whole, beside the schedule's loss
+            self.collect.append([v.full_tensor().detach() if isinstance(v, DTensor) else v.detach()
+                                 for v in values[len(self.out_names):]])
+            values = values[: len(self.out_names)]
         if self.is_last:
             (loss,) = values
             if isinstance(loss, DTensor):
@@ -166,7 +169,7 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, BatchShapes, nn.Module):
+class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineShapes, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
@@ -212,88 +215,6 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, BatchShap
         self.schedule = self._make_schedule(mg, m)
         self._cross_tied = self._cross_chunk_ties()
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
-
-    def _make_schedule(self, mg: ModelGraph, m: int, plain: bool = False):
-        """The plan's schedule over this rank's chunks for ``m`` micro-batches shaped as ``mg``
-        captured them (static shapes: no inference forward on uninitialised tensors, whose integer
-        inputs such as targets would hold garbage). Fewer micro-batches than a 1F1B schedule
-        takes (``m`` < stages, or not whole rounds of the interleaved one: a smaller batch) run
-        as GPipe, which computes the same."""
-        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                                  ScheduleLoopedBFS)
-
-        nchunks = len(self.plan.chunk_layers())
-        stages = []
-        for c, chunk in zip(self._mine, self.chunks):
-            ins = tuple(self._example(mg, n, chunk.layout) for n in chunk.in_names)
-            outs = (torch.empty(1, device=self.device, requires_grad=True),) if chunk.is_last else \
-                tuple(self._example(mg, n, chunk.layout) for n in chunk.out_names)
-            stages.append(PipelineStage(chunk, c, nchunks, self.device, input_args=ins, output_args=outs,
-                                        group=self.pp_group))
-
-        def loss_fn(out, _target):
-            scale = self.scaler.scale if self.scaler is not None else 1.0
-            return out.float().sum() * (scale / m)
-
-        pp, kind = self.plan.pp, self.plan.schedule
-        if kind == "interleaved_1f1b":
-            rounds = max(1, m // pp)
-            if m % rounds == 0:
-                return ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
-            return ScheduleLoopedBFS(stages, m, loss_fn=loss_fn, scale_grads=False)
-        (stage,) = stages
-        cls = ScheduleGPipe if kind == "gpipe" or m < pp else Schedule1F1B
-        return cls(stage, m, loss_fn=loss_fn, scale_grads=False)
-
-    def _schedule_for(self, args: tuple):
-        """The schedule that runs ``args`` (a whole global batch, on every rank): the plan's for
-        its own shape, else one for the micro-batches it splits into
-        (:meth:`~galvatron_fx.runtime.shapes.BatchShapes._micro_batches`), at a new shape after
-        capturing the model there once and lowering every chunk's layers under the plan
-        (collective: every rank sees the same shapes). Returns ``(schedule, micro-batches)``."""
-        micro = self._micro_batches(list(args))
-        m, sig = len(micro), _signature(micro[0])
-        key = None if self._is_base(sig) else sig
-        if key is not None and key not in self._variants:
-            with torch.enable_grad():  # (an evaluation's first call: the program has a backward all the same)
-                self._build_pipeline_variant(key, micro[0])
-        self._use(key)
-        if (key, m) == (None, self.num_microbatches):
-            return self.schedule, m
-        if (key, m) not in self._schedules:
-            self._schedules[(key, m)] = self._make_schedule(self._variants[key]["mg"] if key else self.mg, m)
-        return self._schedules[(key, m)], m
-
-    def _build_pipeline_variant(self, sig: tuple, inputs) -> None:
-        t0 = time.perf_counter()
-        mg = self._recapture_checked(sig, inputs)
-        bounds = [r.start for r in self.plan.chunk_layers()] + [len(mg.layers)]
-        crossing = self._crossing(bounds, mg)
-        if crossing != self._crossing(bounds):
-            raise PlanError(f"{self.mg.name} at shapes {[list(s[0]) for s in sig if s]} passes other values between "
-                            "pipeline stages than at the planned shape: re-plan at this shape")
-        for chunk in self.chunks:
-            chunk.body._add_variant(sig, mg)
-        self._variants[sig] = {"mg": mg, "layout": self._layout(mg)}
-        while len(self._variants) > self.shape_cache_limit:
-            old, _ = self._variants.popitem(last=False)
-            for chunk in self.chunks:
-                chunk.body._variants.pop(old, None)
-            self.__dict__["_schedules"] = {k: v for k, v in self._schedules.items() if k[0] != old}
-        log.info("galvatron_fx: micro-batches of shapes %s captured and lowered under the plan's stages in %.1f s",
-                 [list(s[0]) for s in sig if s], time.perf_counter() - t0)
-
-    def _use(self, key: tuple | None) -> None:
-        """Switch every chunk to the variant ``key`` (None: the planned shape)."""
-        if key == self._active:
-            return
-        if key is not None:
-            self._variants.move_to_end(key)
-        layout = self._variants[key]["layout"] if key is not None else self._layout()
-        for chunk in self.chunks:
-            chunk.body._use_variant(key)
-            chunk.layout = layout
-        self.__dict__["_active"] = key
 
     @property
     def program(self):
@@ -447,19 +368,43 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, BatchShap
                             "(search={'pp': (1,)}) to keep a loss.backward() loop. Under torch.no_grad(), "
                             "pm(batch) evaluates the batch's loss")
         args, outputs = self._call_inputs(inputs, kwargs)
-        if outputs:
-            raise ConfigError("pm(batch, outputs=True) needs a plan without pipeline stages (search={'pp': (1,)}): "
-                              "a pipeline's last stage hands on its loss only")
         args = tuple(args)
         schedule, m = self._schedule_for(args)  # (every rank: each was given the batch)
         args = args if self._first else ()
         losses: list[torch.Tensor] = []
         if self._last is not None:
-            schedule.eval(*args, target=torch.zeros(m, device=self.device), losses=losses)
+            self._last.collect = [] if outputs else None
+            try:
+                schedule.eval(*args, target=torch.zeros(m, device=self.device), losses=losses)
+            finally:
+                collected, self._last.collect = self._last.collect, None
         else:
             schedule.eval(*args)
         scale = self.scaler.scale if self.scaler is not None else 1.0
-        return torch.tensor(self._mean_loss(losses) / scale)
+        loss = torch.tensor(self._mean_loss(losses) / scale)
+        return self._outputs_from_last(loss, collected if self._last is not None else None) if outputs else loss
+
+    def _outputs_from_last(self, loss: torch.Tensor, collected: list | None) -> dict[str, torch.Tensor]:
+        """``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys (a
+        Hugging Face model's ``logits``), each whole on every rank: the last stage's first rank
+        joins its micro-batches' (batched ones concatenated, others averaged) and broadcasts them."""
+        src = self.plan.stage_ranks[-1][0]
+        names = list(self.mg.extra_output_names)
+        joined: list = [None] * len(names)
+        if dist.get_rank() == src:
+            for k, name in enumerate(names):
+                vs = [c[k] for c in collected or ()]
+                batched = all(v.ndim >= 1 for v in vs) and (name in self.mg.batched if self.mg.batched else True)
+                joined[k] = vs[0] if len(vs) == 1 else torch.cat(vs) if batched else \
+                    torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
+        meta = [[(tuple(v.shape), v.dtype) for v in joined] if dist.get_rank() == src else None]
+        dist.broadcast_object_list(meta, src=src)
+        out = {self.mg.output_keys.get(n, n): loss for n in self.mg.output_names}
+        for k, (name, (shape, dtype)) in enumerate(zip(names, meta[0])):
+            t = joined[k].contiguous() if dist.get_rank() == src else torch.empty(shape, dtype=dtype, device=self.device)
+            dist.broadcast(t, src=src)
+            out[self.mg.output_keys.get(name, name)] = t
+        return out
 
     def train_step(self, batch, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
                    scheduler=None) -> float:

@@ -155,6 +155,14 @@ def test_train_resume_and_export(tmp_path):
     assert report["measured"]["step_time_s"] > 0 and report["predicted"]["step_time_s"] > 0
     assert report["measured"]["compute_density"] == density and 0 < report["measured"]["mfu"] < 1
     assert report["predicted"]["mfu"] == plan["predicted"]["mfu"] > 0
+    # the same scalars for TensorBoard (its package is a dev dependency: make test installs it)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(tmp_path / "out" / "tensorboard"))
+    board.Reload()
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "val_loss"} <= set(board.Tags()["scalars"]), board.Tags()
+    assert [e.step for e in board.Scalars("loss")] == [1, 2, 3, 4]
+    assert [e.value for e in board.Scalars("loss")] == pytest.approx([l["loss"] for l in lines])
     page = (tmp_path / "out" / "report.html").read_text()  # the run's page, its measurements in it
     assert 'id="pvm"' in page and 'id="step_chart"' in page and 'id="loss_chart"' in page
     assert "<td>MFU</td>" in page and "<td>compute density (stage 0)</td>" in page
@@ -345,22 +353,29 @@ def test_a_job_that_loses_a_rank_resumes_on_the_rest(tmp_path):
 
 def test_train_starts_from_a_save_pretrained_directory(tmp_path):
     """``init = "hf:DIR"``: the model is DIR's (its config.json), with DIR's weights; the first
-    step's loss is that of the saved model on the first batch of the token file."""
+    step's loss is that of the saved model on the first batch of the data: a tokenized
+    ``datasets`` dataset saved with ``save_to_disk`` (``data.source = "datasets:DIR"``)."""
+    import numpy as np
     import torch
 
     hf_tiny = pytest.importorskip("hf_tiny")
+    datasets = pytest.importorskip("datasets")
     from galvatron_fx.train_recipe import TokenFile
 
     model, _ = hf_tiny.build("llama", seed=5)
     model.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
     write_tokens(tmp_path / "tokens.bin")
-    (tmp_path / "run.toml").write_text('init = "hf:hf"\ndata = "tokens.bin"\nbatch = 4\nseq = 16\nsteps = 1\n'
-                                       'out = "out"\nefficiency_every = 0\n')
+    rows = np.fromfile(tmp_path / "tokens.bin", dtype=np.uint16).astype(np.int64).reshape(-1, 100).tolist()
+    datasets.Dataset.from_dict({"input_ids": rows}).save_to_disk(str(tmp_path / "ds"))
+    (tmp_path / "run.toml").write_text('[model]\ninit = "hf:hf"\n[data]\nsource = "datasets:ds"\n'
+                                       '[training]\nbatch = 4\nseq = 16\nsteps = 1\n'
+                                       '[metrics]\nout = "out"\nefficiency_every = 0\n')
     proc = _torchrun(tmp_path, "--config", "run.toml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "initialised" in proc.stderr and "tensors from" in proc.stderr
+    assert "data: " in proc.stderr and "(20,000 tokens, 2,000 held out)" in proc.stderr, proc.stderr[-2000:]
     (line,) = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
-    windows = TokenFile(tmp_path / "tokens.bin").train_batch(0, 4, 16)
+    windows = TokenFile.from_datasets(tmp_path / "ds").train_batch(0, 4, 16)
     with torch.no_grad():
         want = model(**TokenFile.fill(windows, "hf", {"input_ids": windows, "labels": windows}, None, "t")).loss
     assert line["loss"] == pytest.approx(want.item(), rel=1e-5)

@@ -123,3 +123,49 @@ def test_a_bad_run_config_is_refused_before_torch_is_imported(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["2", "NO-TORCH"], proc.stdout + proc.stderr[-2000:]
     assert "lr = nan: give a positive learning rate" in proc.stderr
+
+
+def test_a_saved_datasets_dataset_feeds_the_same_windows(tmp_path):
+    """A tokenized Hugging Face dataset saved with save_to_disk: its input_ids rows as one stream,
+    a DatasetDict's validation split held out, one Dataset's tail by val_fraction; bad ones refused."""
+    datasets = pytest.importorskip("datasets")
+    rows = [[int(t) for t in np.arange(i * 10, i * 10 + 7) % 50] for i in range(40)]
+    flat = np.concatenate([np.asarray(r) for r in rows])
+    ds = datasets.Dataset.from_dict({"input_ids": rows, "text": ["x"] * 40})
+    ds.save_to_disk(str(tmp_path / "one"))
+    tf = TokenFile.from_datasets(tmp_path / "one", val_fraction=0.25, seed=3)
+    assert np.array_equal(tf.tokens, flat) and tf.split == len(flat) - int(len(flat) * 0.25)
+    a = tf.train_batch(2, 4, 8)
+    assert a.shape == (4, 9) and torch.equal(a, TokenFile.from_datasets(tmp_path / "one", val_fraction=0.25,
+                                                                        seed=3).train_batch(2, 4, 8))
+    train_part = flat[: tf.split]
+    for row in a.numpy():  # each a window of the stream's training part (rows joined, no padding)
+        assert any(np.array_equal(train_part[s:s + 9], row) for s in range(len(train_part) - 8)), row
+    dd = datasets.DatasetDict({"train": ds, "validation": datasets.Dataset.from_dict({"input_ids": [[1, 2, 3] * 5]})})
+    dd.save_to_disk(str(tmp_path / "dict"))
+    tf = TokenFile.from_datasets(tmp_path / "dict", val_fraction=0.5)
+    assert tf.split == len(flat) and len(tf.tokens) == len(flat) + 15 and tf.has_val  # the split given, not 50%
+    assert set(tf.val_batch(0, 2, 8).flatten().tolist()) <= {1, 2, 3}
+    datasets.Dataset.from_dict({"text": ["a", "b"]}).save_to_disk(str(tmp_path / "raw"))
+    with pytest.raises(ConfigError, match="no input_ids; tokenize it first"):
+        TokenFile.from_datasets(tmp_path / "raw")
+    with pytest.raises(ConfigError, match="no such directory"):
+        TokenFile.from_datasets(tmp_path / "missing")
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(ConfigError, match="not a dataset saved with save_to_disk"):
+        TokenFile.from_datasets(tmp_path / "junk")
+
+
+def test_the_tensorboard_writer_records_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from galvatron_fx.train_recipe import tensorboard_writer
+
+    w = tensorboard_writer(tmp_path / "tb")
+    for step, loss in enumerate([3.0, 2.5, 2.0], start=1):
+        w.add_scalar("loss", loss, step)
+    w.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 3.0), (2, 2.5), (3, 2.0)]
