@@ -168,7 +168,7 @@ def batch_signature(tensors: Sequence[Any], names: Sequence[str], *, values: boo
             for n, t in zip(names, tensors) if isinstance(t, torch.Tensor)]
 
 
-def _batch_problem(sigs: list[list[tuple] | None], step: int, *, values: bool = True) -> str | None:
+def _batch_problem(sigs: list[list[tuple] | None], step: int, *, values: bool = True, mode: str = "local") -> str | None:
     given = [(r, s) for r, s in enumerate(sigs) if s is not None]
     if len(given) < 2:
         return None
@@ -189,8 +189,11 @@ def _batch_problem(sigs: list[list[tuple] | None], step: int, *, values: bool = 
             break
     if not values:
         return (f"the ranks were given batches of different shapes at step {step}: {_ranks([x for x, _ in differ])} "
-                f"got {what} than rank {r0}. With inputs='local' every rank passes its share of the global batch "
-                "(global_batch_size / pm.data_parallel_size samples, pm.sampler(dataset) picks them), all of one shape")
+                f"got {what} than rank {r0}. " + (
+                    "With inputs='rank' every rank passes its own samples (global_batch_size / world size of them, "
+                    "as under DistributedDataParallel), all of one shape" if mode == "rank" else
+                    "With inputs='local' every rank passes its share of the global batch (global_batch_size / "
+                    "pm.data_parallel_size samples, pm.sampler(dataset) picks them), all of one shape"))
     return (f"the ranks were given different batches at step {step}: {_ranks([x for x, _ in differ])} got {what} "
             f"than rank {r0}. galvatron_fx splits each global batch itself: give every rank the same global "
             "batch, in the same order (the same data seed; no DistributedSampler), or compile with "
@@ -207,6 +210,7 @@ class StepGuard:
         self.check_every = check_every
         self.steps = 0
         self.values = True  # compare the batches' values (False: shapes and dtypes, every step)
+        self.mode = "global"  # the module's inputs mode (what a mismatch message tells to pass)
 
     @contextmanager
     def section(self, where: str, batch: tuple[Sequence[Any], Sequence[str]] | None = None, *,
@@ -230,7 +234,7 @@ class StepGuard:
                 sig = None if batch is None else batch_signature(*batch, values=self.values)
                 sigs: list[Any] = [None] * dist.get_world_size()
                 dist.all_gather_object(sigs, sig)
-                agree_problem = _batch_problem(sigs, self.steps, values=self.values)
+                agree_problem = _batch_problem(sigs, self.steps, values=self.values, mode=self.mode)
                 if agree_problem:
                     raise ConfigError(agree_problem)
             yield

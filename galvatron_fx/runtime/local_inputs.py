@@ -60,6 +60,7 @@ class LocalInputs:
         check_inputs_mode(mode)
         self.__dict__["inputs_mode"] = mode
         self.guard.values = mode == "global"
+        self.guard.mode = mode
 
     @property
     def data_parallel_size(self) -> int:

@@ -65,6 +65,8 @@ def test_local_shares_are_compared_by_shape_not_values():
     assert a == b and guard._batch_problem([a, b], 3, values=False) is None
     msg = guard._batch_problem([a, share(torch.arange(4).reshape(1, 4))], 3, values=False)
     assert "different shapes at step 3" in msg and "inputs='local'" in msg and "pm.sampler" in msg
+    msg = guard._batch_problem([a, share(torch.arange(4).reshape(1, 4))], 3, values=False, mode="rank")
+    assert "inputs='rank'" in msg and "world size" in msg and "inputs='local'" not in msg  # its own contract
 
 
 @pytest.mark.parametrize("text, peer", [
