@@ -71,6 +71,7 @@ from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
+from galvatron_fx.runtime import quiet_logs
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.shapes import ShapeVariants
@@ -91,6 +92,7 @@ R = Replicate()
 # A lowered layer's outputs are its graph's local tensors, often views; FSDP warns that an in-place
 # op on one would skip its pre-backward hook. The runtime never writes to a layer's output.
 warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
+quiet_logs.install()  # DTensor's warnings from inside ops: once, on the first rank
 _MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, see ParallelModule.mesh
 
 
