@@ -358,7 +358,7 @@ def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:
         return text, f"{what} JSON"
     p = Path(path_or_str)
     try:
-        return p.read_text(), f"{what} file {str(p)!r}"
+        return limits.read_text(p, what=f"{what} file"), f"{what} file {str(p)!r}"
     except FileNotFoundError:
         if isinstance(path_or_str, str):
             try:

@@ -35,9 +35,34 @@ def default_precision(cluster) -> tuple[str, str]:
 
 def _int_tuple(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(x) for x in text.split(","))
+        vals = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,4, got {text!r}") from None
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0 such as 2,4, got {text!r}")
+    return vals
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (a batch, a sequence length, nodes, a degree)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if not 1 <= v <= 2**40:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """An amount that must be finite and above 0 (GiB of memory)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (v > 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
 
 
 def batch_spec(text: str) -> int | str:
@@ -49,9 +74,13 @@ def batch_spec(text: str) -> int | str:
         return t
     lo, sep, hi = t.partition(":")
     try:
-        return int(t) if not sep else f"{int(lo)}:{int(hi)}"
+        vals = [int(t)] if not sep else [int(lo), int(hi)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a batch (64), auto, or a range such as 16:256, got {text!r}") from None
+    if not all(1 <= v <= 2**30 for v in vals) or (sep and vals[0] > vals[1]):
+        raise argparse.ArgumentTypeError(f"expected a batch of 1 to 2**30 samples (or a range LO:HI, LO <= HI), "
+                                         f"got {text!r}")
+    return vals[0] if not sep else f"{vals[0]}:{vals[1]}"
 
 
 def _str_tuple(text: str) -> tuple[str, ...]:
@@ -85,29 +114,29 @@ def add_shape(p: argparse.ArgumentParser, *, batch_help: str, auto: bool = False
     if auto:
         batch_help += ("; auto: the largest that fits at once; LO:HI: the fastest in that range (gradient "
                        "accumulation allowed)")
-    p.add_argument("--batch", type=batch_spec if auto else int, default=None, help=batch_help)
+    p.add_argument("--batch", type=batch_spec if auto else positive_int, default=None, help=batch_help)
     if auto:
-        p.add_argument("--tokens-per-step", type=int, default=None,
+        p.add_argument("--tokens-per-step", type=positive_int, default=None,
                        help="choose the global batch nearest this many tokens per optimizer step")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--seq", type=positive_int, default=None, help="sequence length (default: the model's)")
 
 
 def add_cluster(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None,
                    help="cluster preset (dgx-a100-80g, dgx-h100, h200, rtx4090-pcie) or a cluster JSON file "
                         "(default dgx-a100-80g)")
-    p.add_argument("--nodes", type=int, default=None,
+    p.add_argument("--nodes", type=positive_int, default=None,
                    help="number of nodes of a preset (default 1; a cluster JSON describes its own)")
 
 
 def add_search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--memory", type=float, default=None, help="memory budget per device in GiB (default: all)")
+    p.add_argument("--memory", type=positive_float, default=None, help="memory budget per device in GiB (default: all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="training precision (default: bf16 on devices whose bf16 peak is above their fp32 one, "
                         "GPUs; fp32 on CPUs)")
-    p.add_argument("--max-tp", type=int, default=None, help="cap the tensor-parallel degree")
+    p.add_argument("--max-tp", type=positive_int, default=None, help="cap the tensor-parallel degree")
     p.add_argument("--tp", type=_int_tuple, default=None, help="only these tensor-parallel degrees, e.g. 2 or 2,4")
-    p.add_argument("--max-pp", type=int, default=None, help="cap the pipeline degree")
+    p.add_argument("--max-pp", type=positive_int, default=None, help="cap the pipeline degree")
     p.add_argument("--pp", type=_int_tuple, default=None, help="only these pipeline degrees, e.g. 1 or 1,2")
     p.add_argument("--reduce-dtypes", type=_str_tuple, default=None,
                    help="dtypes data-parallel gradients may be summed in, e.g. float32,bfloat16 (lossy below fp32; "
@@ -118,7 +147,7 @@ def add_search(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload", choices=OFFLOAD_CHOICES, default=None,
                    help="CPU offload of optimizer steps (and ZeRO shards) to host memory: 'auto' where a stage fits "
                         "its devices no other way (default), 'never', or 'all' layers")
-    p.add_argument("--host-memory", type=float, default=None,
+    p.add_argument("--host-memory", type=positive_float, default=None,
                    help="host memory offloaded layers may keep per node, in GiB (default: the nodes' host memory)")
 
 
@@ -156,13 +185,13 @@ def _lower(p: argparse.ArgumentParser) -> None:
     add_model(p)
     p.add_argument("--plan", type=Path, required=True, help="a plan JSON written by `galvatron-fx plan --out`")
     p.add_argument("--out", type=Path, required=True, help="the directory to write the program to")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the plan's)")
+    p.add_argument("--seq", type=positive_int, default=None, help="sequence length (default: the plan's)")
 
 
 def _profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="also write the profile JSON here")
     p.add_argument("--sizes", nargs="+", type=_size, help="message sizes, e.g. 4K 1M 64M (default 4K..64M ×4)")
-    p.add_argument("--repeats", type=int, default=3, help="timed calls per size (median kept)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed calls per size (median kept)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per size")
     p.add_argument("--group-sizes", nargs="+", type=int, help="group sizes (default: every divisor >= 2 of the world)")
     p.add_argument("--no-compute", action="store_true", help="skip matmul/attention/memory bandwidth")
@@ -198,7 +227,7 @@ def _train(p: argparse.ArgumentParser) -> None:
                    help="start from a save_pretrained directory's weights (safetensors; its config.json is the "
                    "model unless --hf-config is given)")
     p.add_argument("--cluster", default=None, help="local-cpu (default), a preset or a cluster JSON")
-    p.add_argument("--nodes", type=int, default=None,
+    p.add_argument("--nodes", type=positive_int, default=None,
                    help="number of nodes of a preset, or of local-cpu (default: the agents torchrun started)")
     add_shape(p, batch_help="global batch size (default 2 per process)", auto=True)
     add_search(p)

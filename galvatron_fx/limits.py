@@ -41,12 +41,13 @@ from galvatron_fx.errors import ConfigError
 
 __all__ = [
     "BATCH", "BYTES", "BYTES_S", "DEGREE", "DEVICE_MEMORY", "FLOPS", "LATENCY_S", "MAX_JSON_DEPTH",
-    "MICROBATCHES", "OVERLAP", "SECONDS", "SECONDS_PER_BYTE", "Range", "fmt_number", "load_json", "read_text",
+    "MICROBATCHES", "OVERLAP", "SECONDS", "SECONDS_PER_BYTE", "Range", "fmt_number", "load_json", "read_json", "read_text",
     "short_repr",
 ]
 
 MAX_JSON_DEPTH = 64
 MAX_TEXT_BYTES = 16 * 2**20  # a config file: a few KiB; a run config or report beyond 16 MiB is not one
+MAX_MANIFEST_BYTES = 256 * 2**20  # a checkpoint manifest lists every tensor: a few MiB for the largest models
 
 
 @dataclass(frozen=True)
@@ -120,14 +121,25 @@ def short_repr(v: Any) -> str:
 def read_text(path, *, what: str, limit: int = MAX_TEXT_BYTES) -> str:
     """The text of the file at ``path``, read without ever holding more than ``limit`` bytes (a
     path to ``/dev/zero`` or to a huge file is refused, naming it, instead of filling memory)."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # a directory, no permission, an I/O error: said as such
+        raise ConfigError(f"{what} {path}: cannot be read ({e.strerror or e})") from None
     if len(data) > limit:
         raise ConfigError(f"{what} {path}: larger than {limit // 2**20} MiB; this is not a {what}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_json(path, *, what: str, limit: int = MAX_TEXT_BYTES, hint: str = "") -> Any:
+    """The JSON file at ``path``, read bounded (:func:`read_text`) and parsed depth-capped
+    (:func:`load_json`): every failure but a missing file a ``ConfigError`` naming it."""
+    return load_json(read_text(path, what=what, limit=limit), f"{what} {str(path)!r}", hint=hint)
 
 
 def load_json(text: str, source: str, *, hint: str = "") -> Any:

@@ -12,7 +12,8 @@ from pathlib import Path
 from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster, DeviceSpec, LinkTier, TierName, _cluster_from_dict
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, host_memory_bytes, local_fingerprint
+from galvatron_fx.host import (cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, local_fingerprint,
+                               make_fingerprint)
 
 logger = logging.getLogger("galvatron_fx.cluster")
 
@@ -49,27 +50,47 @@ def local_cpu(world_size: int | None = None, *, nodes: int = 1, devices_per_node
                                inter_node=dataclasses.replace(one.intra_node, name=TierName.INTER_NODE))
 
 
-def _one_node(world_size: int, cache_dir) -> Cluster:
+def cached_profile(world_size: int, cache_dir=None) -> tuple[Cluster | None, str]:
+    """This machine's cached hardware profile for ``world_size`` gloo processes, when it can be
+    trusted, else ``(None, why not)``: the file is read bounded and parsed depth-capped, its
+    recorded machine fields (CPU model, cores, torch, backend, world size) must be this machine's
+    and hash to its fingerprint, and its cluster must be of this fingerprint and world size. A
+    file whose name matches but whose contents describe another machine is not used."""
     fp = local_fingerprint(world_size)
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
-    if path.exists():
-        try:
-            data = limits.load_json(path.read_text(), f"hardware profile {str(path)!r}")
-            cluster = _cluster_from_dict(data["cluster"])
-            if cluster.fingerprint == fp and cluster.world_size == world_size:
-                logger.info("local_cpu: using cached hardware profile %s", path)
-                return cluster
-            logger.warning("local_cpu: %s does not match this machine; using defaults", path)
-        except (ConfigError, KeyError, TypeError, OSError, UnicodeDecodeError) as e:
-            logger.warning("local_cpu: ignoring unreadable profile %s (%s); using defaults", path, e)
+    if not path.exists():
+        return None, f"no cached profile for fingerprint {fp}"
+    try:
+        data = limits.read_json(path, what="hardware profile")
+        here = fingerprint_fields(num_hosts=1, device_model=cpu_model(), devices_per_host=os.cpu_count() or 1,
+                                  backend="gloo", world_size=world_size)
+        fields = data.get("fingerprint_fields") if isinstance(data, dict) else None
+        if not isinstance(fields, dict) or make_fingerprint(fields) != data.get("fingerprint"):
+            return None, f"{path} does not record the machine it measured (or was edited)"
+        diff = sorted(k for k in here if fields.get(k) != here[k])
+        if diff:
+            shown = ", ".join(f"{k} {fields.get(k)!r} (here {here[k]!r})" for k in diff)
+            return None, f"{path} was measured on another machine: {shown}"
+        cluster = _cluster_from_dict(data["cluster"])
+    except (ConfigError, KeyError, TypeError, AttributeError, OSError) as e:
+        return None, f"{path} cannot be read ({e})"
+    if cluster.fingerprint != fp or cluster.world_size != world_size:
+        return None, f"{path} holds a cluster of another machine or world size"
+    return cluster, f"cached hardware profile {path}"
+
+
+def _one_node(world_size: int, cache_dir) -> Cluster:
+    cluster, why = cached_profile(world_size, cache_dir)
+    if cluster is not None:
+        logger.info("local_cpu: using %s", why)
+        return cluster
+    if why.startswith("no cached profile"):
+        logger.info("local_cpu: %s; using conservative defaults (run `torchrun --nproc-per-node %d -m "
+                    "galvatron_fx.cli profile` to measure)", why, world_size)
     else:
-        logger.info(
-            "local_cpu: no cached profile for fingerprint %s; using conservative defaults "
-            "(run `torchrun --nproc-per-node %d -m galvatron_fx.cli profile` to measure)",
-            fp,
-            world_size,
-        )
-    return default_local_cpu(world_size, fingerprint=fp)
+        logger.warning("local_cpu: not using the cached profile: %s; using conservative defaults (measure again: "
+                       "torchrun --nproc-per-node %d -m galvatron_fx.cli profile)", why, world_size)
+    return default_local_cpu(world_size, fingerprint=local_fingerprint(world_size))
 
 
 def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Cluster:

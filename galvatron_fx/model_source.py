@@ -18,12 +18,12 @@
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from galvatron_fx.limits import read_json
 from galvatron_fx.errors import ConfigError
 
 _HF_AUTO = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM")
@@ -82,9 +82,9 @@ def hf_config(path: str | Path):
     import transformers
 
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable config JSON ({e})") from None
+        data = read_json(path, what="Hugging Face config")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config JSON; give a config.json or its directory") from None
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not model_type:
         raise ConfigError(f"{path}: a Hugging Face config.json names its model_type (e.g. \"llama\"); this one "
@@ -96,13 +96,28 @@ def hf_config(path: str | Path):
                           f"{model_type!r} ({e})") from None
 
 
+MAX_LAYERS = 4096  # the deepest published models have a few hundred; building 10**7 takes hours
+_LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "encoder_layers",
+                 "decoder_layers", "depths")
+
+
+def _check_size(config, path) -> None:
+    """A config whose layer counts no model has is refused before anything is built."""
+    for name in _LAYER_FIELDS:
+        v = getattr(config, name, None)
+        n = sum(x for x in v if isinstance(x, int)) if isinstance(v, (list, tuple)) else v
+        if isinstance(n, int) and not isinstance(n, bool) and not 0 <= n <= MAX_LAYERS:
+            raise ConfigError(f"{path}: {name} = {v!r}: a model of more than {MAX_LAYERS} layers (or fewer than 0) is "
+                              "not one to build; check the config")
+
+
 def hf_model_class(config):
     """The class to build ``config`` with (see module doc)."""
     import transformers
 
     for arch in getattr(config, "architectures", None) or ():
-        cls = getattr(transformers, arch, None)
-        if isinstance(cls, type):
+        cls = getattr(transformers, arch, None) if isinstance(arch, str) else None
+        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):  # (not an Auto* factory)
             return cls
     for auto in _HF_AUTO:
         try:
@@ -118,6 +133,7 @@ def build_hf(path: str | Path, *, batch_size: int, seq_len: int | None, device: 
     import torch
 
     config = hf_config(path)
+    _check_size(config, path)
     if hasattr(config, "use_cache"):
         config.use_cache = False
     cls = hf_model_class(config)

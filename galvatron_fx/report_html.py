@@ -27,13 +27,13 @@ JSON only; a missing file leaves its part out, a malformed one is a ``ConfigErro
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import load_json, read_json
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds
 from galvatron_fx.ir.plan_report import efficiency_line, group_ranks, group_text, layer_runs, node_of, run_name
 
@@ -318,26 +318,62 @@ def read_run(run: str | os.PathLike) -> dict:
     out: dict[str, Any] = {"report": None, "metrics": []}
     rp = d / "report.json"
     if rp.exists():
-        try:
-            out["report"] = json.loads(rp.read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{rp} is not JSON ({e}); rerun the training or leave --run out") from None
+        out["report"] = read_json(rp, what="run report", hint="rerun the training or leave --run out")
         if not isinstance(out["report"], dict):
             raise ConfigError(f"{rp} holds {type(out['report']).__name__}, not a JSON object")
+        for key in ("predicted", "measured"):
+            if not isinstance(out["report"].get(key, {}), dict):
+                raise ConfigError(f"{rp}: {key!r} holds {type(out['report'][key]).__name__}, not an object of figures; "
+                                  "rerun the training or leave --run out")
     mp = d / "metrics.jsonl"
     if mp.exists():
-        for n, line in enumerate(mp.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{mp}:{n} is not a JSON line ({e})") from None
-            if isinstance(rec, dict):
-                out["metrics"].append(rec)
+        out["metrics"] = _metrics_lines(mp)
     if out["report"] is None and not out["metrics"]:
         raise ConfigError(f"{d} holds neither report.json nor metrics.jsonl; pass a training run's --out directory")
     return out
+
+
+MAX_METRICS_BYTES = 256 * 2**20  # a million steps of lines; beyond, not a run's metrics
+MAX_METRICS_LINE = 64 * 2**10
+
+
+def _metrics_lines(path: Path) -> list[dict]:
+    """The records of a ``metrics.jsonl``, read line by line and bounded (each line at most
+    :data:`MAX_METRICS_LINE`, the file :data:`MAX_METRICS_BYTES`): each a JSON object whose
+    ``step`` is a whole number; fields that are not numbers (or null) are dropped."""
+    recs, total = [], 0
+    try:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(iter(lambda: f.readline(MAX_METRICS_LINE + 1), b""), 1):
+                total += len(raw)
+                if total > MAX_METRICS_BYTES:
+                    raise ConfigError(f"{path}: larger than {MAX_METRICS_BYTES // 2**20} MiB; not a run's metrics")
+                if len(raw) > MAX_METRICS_LINE:
+                    raise ConfigError(f"{path}:{n}: a line longer than {MAX_METRICS_LINE // 2**10} KiB; not a "
+                                      "metrics record")
+                if not raw.strip():
+                    continue
+                try:
+                    rec = load_json(raw.decode("utf-8"), f"{path}:{n}")
+                except UnicodeDecodeError:
+                    raise ConfigError(f"{path}:{n} is not UTF-8 text") from None
+                if not isinstance(rec, dict):
+                    continue
+                step = rec.get("step")
+                if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                    raise ConfigError(f"{path}:{n}: step {step!r} is not a step number; rerun the training or leave "
+                                      "--run out")
+                recs.append({k: v for k, v in rec.items() if _figure(v)})
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    return recs
+
+
+def _figure(v: Any) -> bool:
+    """A value a metrics record may hold: null, a bool, a number, or a list of numbers."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return True
+    return isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
 
 
 def _num(d: Any, *keys: str) -> float | None:
@@ -449,6 +485,8 @@ def render(plan, run: str | os.PathLike | dict | None = None) -> str:
 def write(plan, path: str | os.PathLike, run: str | os.PathLike | dict | None = None) -> Path:
     """Write :func:`render`'s page to ``path`` (through a temporary file, then renamed)."""
     out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"{str(out)!r} is a directory; give the report a file name (e.g. {str(out / 'report.html')!r})")
     text = render(plan, run)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

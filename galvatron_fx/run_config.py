@@ -199,6 +199,18 @@ class RunConfig:
         need(p.offload is None or p.offload in OFFLOAD_CHOICES, "parallelism", "offload",
              f"one of {', '.join(OFFLOAD_CHOICES)}")
         need(o.name in OPTIMIZERS, "optimizer", "name", f"one of {', '.join(OPTIMIZERS)}")
+        count = lambda v: v is None or 1 <= v <= 2**30  # noqa: E731
+        need(count(p.nodes), "parallelism", "nodes", "a number of nodes >= 1 (leave it out: as torchrun started)")
+        need(count(p.max_tp) and count(p.max_pp), "parallelism", "max_tp" if not count(p.max_tp) else "max_pp",
+             "a degree >= 1")
+        for key in ("tp", "pp"):
+            need(all(1 <= v <= 2**20 for v in getattr(p, key) or ()), "parallelism", key, "degrees >= 1, e.g. [1, 2]")
+        for key in ("memory", "host_memory"):
+            need(getattr(p, key) is None or finite(getattr(p, key)) and getattr(p, key) > 0, "parallelism", key,
+                 "GiB > 0 (leave it out: all of it)")
+        need(_batch_ok(t.batch), "training", "batch", 'a global batch of 1 to 2**30 samples, "auto" or "LO:HI"')
+        need(count(t.tokens_per_step), "training", "tokens_per_step", "a number of tokens >= 1")
+        need(t.seq is None or 1 <= t.seq <= 2**24, "training", "seq", "a sequence length >= 1")
         need(t.steps >= 1, "training", "steps", "a number of steps >= 1")
         need(finite(o.lr) and o.lr > 0, "optimizer", "lr", "a positive learning rate, e.g. 3e-4")
         need(finite(o.min_lr) and 0 <= o.min_lr <= o.lr, "optimizer", "min_lr", "a learning rate in [0, lr]")
@@ -220,6 +232,20 @@ class RunConfig:
         if t.eval_every and not d.source:
             raise ConfigError("training.eval_every needs data to hold a validation split out of: give data.source = a "
                               "token file, or a data function that takes split='val'")
+
+
+def _batch_ok(batch: int | str | None) -> bool:
+    """A global batch, ``"auto"`` or ``"LO:HI"`` with 1 <= LO <= HI <= 2**30 (as ``--batch`` takes it)."""
+    if batch is None or batch == "auto":
+        return True
+    lo, sep, hi = str(batch).partition(":")
+    if isinstance(batch, str) and not sep:
+        return False
+    try:
+        vals = [int(lo)] + ([int(hi)] if sep else [])
+    except ValueError:
+        return False
+    return all(1 <= v <= 2**30 for v in vals) and vals == sorted(vals)
 
 
 def _relative(section: str, key: str, value: str, base: Path, is_path: bool) -> str:

@@ -233,6 +233,10 @@ class ParallelPlan:
         """Write the plan to ``path`` atomically (temp file in the same directory, then
         ``os.replace``): readers see the old plan or the new one, never a torn file."""
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"{str(path)!r} is a directory; give the plan a file name (e.g. {str(path / 'plan.json')!r})")
+        if not path.parent.is_dir():
+            raise ConfigError(f"cannot write the plan to {str(path)!r}: its directory {str(path.parent)!r} does not exist")
         data = self.to_dict()
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
@@ -257,7 +261,7 @@ class ParallelPlan:
         """Read and check a plan file written by :meth:`save`."""
         p = Path(path)
         try:
-            text = p.read_text()
+            text = limits.read_text(p, what="plan file")
         except FileNotFoundError:
             raise ConfigError(
                 f"plan file {str(p)!r} does not exist; write one with `galvatron-fx plan ... --out {p}`"

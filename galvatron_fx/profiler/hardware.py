@@ -42,7 +42,7 @@ from galvatron_fx.cluster import Collective, TierName
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, hostname, make_fingerprint
-from galvatron_fx.limits import load_json
+from galvatron_fx.limits import load_json, read_text
 from galvatron_fx.profiler.device_probes import (
     measure_comm_buffers,
     measure_compute,
@@ -310,7 +310,7 @@ def profile_hardware(
         fp = make_fingerprint(fields)
         cpath = cache_path(fp, cache_dir)
         # rank 0 decides and shares the cached text (other hosts may not see its disk)
-        cached = [cpath.read_text() if rank == 0 and use_cache and cpath.exists() else None]
+        cached = [_trusted_cache(cpath) if rank == 0 and use_cache and cpath.exists() else None]
         if use_cache and world > 1:
             dist.broadcast_object_list(cached, src=0)
         if cached[0] is not None:
@@ -449,6 +449,19 @@ def profile_hardware(
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def _trusted_cache(path) -> str | None:
+    """The cached profile's text when it is one of this machine (read bounded, its recorded
+    machine fields this machine's: :func:`~galvatron_fx.profiler.hardware_profile.profile_from_dict`),
+    else None, saying why once: then the profile is measured again."""
+    try:
+        text = read_text(path, what="hardware profile")
+        profile_from_dict(load_json(text, f"hardware profile {str(path)!r}"), source=str(path), check_fingerprint=True)
+        return text
+    except (ConfigError, OSError, KeyError, TypeError, ValueError) as e:
+        logger.warning("not using the cached hardware profile %s (%s): measuring again", path, e)
+        return None
 
 
 def node_name() -> str:

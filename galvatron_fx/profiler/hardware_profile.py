@@ -42,7 +42,7 @@ from galvatron_fx.cluster import Cluster, Collective, CollectiveFit, DeviceSpec,
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
-from galvatron_fx.limits import load_json
+from galvatron_fx.limits import load_json, read_text
 
 __all__ = ["PROFILE_SCHEMA_VERSION", "SLOW_NODE_RATIO", "HardwareProfile", "NodeDevice", "build_cluster", "cache_path",
            "current_fingerprint_fields", "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile",
@@ -110,7 +110,7 @@ def load_profile(path: str | os.PathLike, *, check_fingerprint: bool = True) -> 
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(p, what="hardware profile")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read hardware profile {str(p)!r}: {e}; re-run `galvatron-fx profile`") from e
     d = load_json(text, f"hardware profile {str(p)!r}", hint="re-run `galvatron-fx profile`")

@@ -53,7 +53,7 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
-from galvatron_fx.limits import load_json
+from galvatron_fx.limits import read_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
 from galvatron_fx.progress import Progress
@@ -91,7 +91,7 @@ def load_measurements(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     if not p.exists():
         return {}
     try:
-        data = load_json(p.read_text(), f"model-profile cache {str(p)!r}")
+        data = read_json(p, what="model-profile cache")
         if data.get("schema_version") != CACHE_SCHEMA_VERSION:
             logger.warning("ignoring model-profile cache %s (schema %r)", p, data.get("schema_version"))
             return {}

@@ -50,7 +50,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import load_json
+from galvatron_fx.limits import MAX_MANIFEST_BYTES, read_json
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
@@ -139,7 +139,7 @@ def _other_model(target: Path, want: dict[str, tuple[int, ...]], optional: set[s
     :func:`load` takes into it (the same keys and shapes, but that a checkpoint an earlier
     galvatron_fx wrote may lack the ``optional`` parameters no layer reads)."""
     try:
-        manifest = load_json((target / MANIFEST).read_text(), f"{str(target / MANIFEST)!r}")
+        manifest = read_json(target / MANIFEST, what="checkpoint manifest", limit=MAX_MANIFEST_BYTES)
         saved = _saved_shapes(read_dcp_metadata(target))
     except (OSError, ValueError) as e:  # ConfigError and JSON's errors are ValueErrors
         return f"it holds a checkpoint that cannot be read ({e}), which may be another model's"
@@ -205,7 +205,8 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ConfigError(f"checkpoint {str(path)!r} has no {MANIFEST}: the save that wrote it did not finish "
                           "(the manifest is written last); load an earlier checkpoint")
     try:
-        manifest = load_json(m.read_text(), f"{str(m)!r}", hint="the checkpoint is damaged: load an earlier one")
+        manifest = read_json(m, what="checkpoint manifest", limit=MAX_MANIFEST_BYTES,
+                             hint="the checkpoint is damaged: load an earlier one")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{str(m)!r} cannot be read ({e}); the checkpoint is damaged: load an earlier one") from None
     ok = isinstance(manifest, dict) and manifest.get("format") == FORMAT and isinstance(manifest.get("files"), dict)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+from cached_profiles import write_cached_profile
 
 from galvatron_fx.cluster import (
     PRESET_NAMES,
@@ -120,10 +122,27 @@ def test_local_cpu_defaults_then_cached_profile(tmp_path) -> None:
     # a cached profile with this fingerprint is picked up
     fit = CollectiveFit(alpha_s=3e-4, beta_s_per_byte=2e-9)
     measured = c.with_fits(TierName.INTRA_NODE, {Collective.ALL_REDUCE: {2: fit}})
-    (tmp_path / f"hardware-{c.fingerprint}.json").write_text(json.dumps({"cluster": measured.to_dict()}))
+    path = write_cached_profile(tmp_path, measured, 2)
+    assert path.name == f"hardware-{c.fingerprint}.json"
     assert Cluster.local_cpu(2, cache_dir=tmp_path).intra_node.fit("all_reduce", 2) == fit
     # ... but not for another world size (different fingerprint)
     assert Cluster.local_cpu(4, cache_dir=tmp_path).intra_node.fits == {}
+    # nor a file of this name that records another machine (another CPU, torch 1.0), nor one edited
+    # (its fields no longer hash to its fingerprint), nor one that is not a profile at all (/dev/zero)
+    from galvatron_fx.local_cluster import cached_profile
+
+    write_cached_profile(tmp_path, measured, 2, device_model="cpu:Other 9000", torch_version="1.0")
+    got, why = cached_profile(2, tmp_path)
+    assert got is None and "measured on another machine" in why and "torch_version '1.0'" in why, why
+    assert Cluster.local_cpu(2, cache_dir=tmp_path).intra_node.fits == {}
+    data = json.loads(write_cached_profile(tmp_path, measured, 2).read_text())
+    data["fingerprint"] = "0" * 16  # this machine's fields, but not the fingerprint they hash to
+    path.write_text(json.dumps(data))
+    assert "does not record the machine" in cached_profile(2, tmp_path)[1]
+    path.unlink()
+    os.symlink("/dev/zero", path)
+    got, why = cached_profile(2, tmp_path)
+    assert got is None and "larger than" in why and Cluster.local_cpu(2, cache_dir=tmp_path).intra_node.fits == {}
     with pytest.raises(ConfigError, match="world_size must be >= 1"):
         Cluster.local_cpu(0)
 

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import pytest
+from cached_profiles import write_cached_profile
 import torch
 
 import galvatron_fx as gfx
@@ -77,7 +78,7 @@ def test_local_cpu_keeps_a_profiled_layouts_kinds(tmp_path):
                                peak_flops={k: v / 3 for k, v in fast.peak_flops.items()})
     two = dataclasses.replace(base, num_nodes=2, devices_per_node=2, device_specs={fast.kind: fast, slow.kind: slow},
                               node_kinds=(fast.kind, slow.kind), fingerprint=local_fingerprint(4))
-    (tmp_path / f"hardware-{local_fingerprint(4)}.json").write_text(json.dumps({"cluster": two.to_dict()}))
+    write_cached_profile(tmp_path, two, 4)
     got = gfx.Cluster.local_cpu(nodes=2, devices_per_node=2, cache_dir=tmp_path)
     assert got.node_kinds == (fast.kind, slow.kind)
     one = gfx.Cluster.local_cpu(4, cache_dir=tmp_path)  # another layout: the first node's device everywhere

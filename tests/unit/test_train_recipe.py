@@ -82,6 +82,11 @@ def test_token_files_that_cannot_feed_the_model_are_refused(tmp_path):
     ("log_every = 0\n", "log_every = 0"), ("checkpoint_every = -1\n", "checkpoint.every = -1"),
     ("val_fraction = 1.5\n", "val_fraction = 1.5"), ("init = \"weights/\"\n", "hf:DIR"),
     ("weight_decay = -0.1\n", "weight_decay = -0.1"), ("min_lr = 1.0\n", "min_lr = 1.0: give a learning rate in"),
+    ("nodes = 0\n", "parallelism.nodes = 0: give a number of nodes >= 1"), ("batch = 0\n", "training.batch = 0"),
+    ("batch = 1000000000000000\n", "training.batch = 1000000000000000: give a global batch of 1 to"),
+    ("batch = \"9:3\"\n", "training.batch = '9:3'"), ("batch = \"many\"\n", "training.batch = 'many'"),
+    ("seq = -1\n", "training.seq = -1"), ("memory = -2\n", "parallelism.memory = -2"), ("tp = [0]\n", "parallelism.tp"),
+    ("max_pp = 0\n", "parallelism.max_pp = 0"), ("tokens_per_step = 0\n", "training.tokens_per_step = 0"),
 ])
 def test_a_run_config_with_a_nonsense_recipe_is_refused(tmp_path, text, expect):
     cfg = tmp_path / "run.toml"
@@ -169,3 +174,16 @@ def test_the_tensorboard_writer_records_scalars(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 3.0), (2, 2.5), (3, 2.0)]
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["plan", "gpt-tiny", "--batch", "0"], "expected a batch of 1 to 2**30"),
+    (["plan", "gpt-tiny", "--batch", "64:8"], "LO <= HI"), (["plan", "gpt-tiny", "--seq", "-1"], "expected a whole number"),
+    (["plan", "gpt-tiny", "--nodes", "0"], "expected a whole number >= 1, got 0"),
+    (["plan", "gpt-tiny", "--memory", "nan"], "expected a finite number > 0"),
+    (["plan", "gpt-tiny", "--tp", "-2"], "integers >= 0"),
+])
+def test_nonsense_flags_are_refused_by_the_parser(argv, expect, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert expect in capsys.readouterr().err
