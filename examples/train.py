@@ -124,13 +124,16 @@ def hardware(world: int, cache_dir: str | None) -> tuple[gfx.Cluster, str]:
     """This machine as a cluster: the cached profile if there is one, else a quick fresh one."""
     from galvatron_fx.profiler.hardware import profile_hardware
 
+    from galvatron_fx.local_cluster import cached_profile
+
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{local_fingerprint(world)}.json"
-    exists = [path.exists() if is_main() else False]
-    dist.broadcast_object_list(exists, src=0)
-    if exists[0]:
-        source = f"cached hardware profile {path}"
+    trusted = [cached_profile(world, cache_dir) if is_main() else None]
+    dist.broadcast_object_list(trusted, src=0)
+    cluster, why = trusted[0]
+    if cluster is not None:
+        source = why
     else:
-        say(f"no cached hardware profile for {world} gloo processes here: measuring a quick one ...")
+        say(f"{why}: measuring a quick hardware profile for {world} gloo processes ...")
         t0 = time.perf_counter()
         profile_hardware(sizes_bytes=(4096, 65536, 2**20), repeats=2, warmup=1, matmul_sizes=(128, 256),
                          dtypes=("float32",), attention_seq_lens=(64,), cache_dir=cache_dir, use_cache=False,
