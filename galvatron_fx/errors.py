@@ -28,5 +28,10 @@ class RankFailureError(GalvatronError):
     every surviving rank, naming the ranks that did not answer."""
 
 
+class NonFiniteLossError(GalvatronError):
+    """Training met more non-finite losses (or gradient norms) than it was told to skip; the
+    parameters were not stepped on them."""
+
+
 class PrecisionError(GalvatronError):
     """Training cannot go on in the plan's precision: its values overflow it (fp16's range)."""

@@ -4,7 +4,7 @@ keep them.
     [model]        name, hf_config, factory, init, seed
     [parallelism]  cluster, nodes, precision, memory, max_tp, tp, max_pp, pp, reduce_dtypes,
                    powersgd_ranks, offload, host_memory, plan
-    [training]     steps, batch, tokens_per_step, seq, max_norm, eval_every, eval_batches
+    [training]     steps, batch, tokens_per_step, seq, max_norm, eval_every, eval_batches, nan_tolerance
     [optimizer]    name, lr, warmup, schedule, min_lr, weight_decay
     [data]         source, dtype, val_fraction
     [checkpoint]   dir, every
@@ -81,6 +81,7 @@ class TrainingConfig:
     max_norm: float | None = _f(None, _NUMBER, doc="clip gradients to this global norm")
     eval_every: int = _f(0, (int,))
     eval_batches: int = _f(2, (int,))
+    nan_tolerance: int = _f(0, (int,), doc="steps with a non-finite loss or gradient norm skipped before stopping")
 
 
 @dataclass
@@ -222,6 +223,7 @@ class RunConfig:
         need(m.log_every >= 1, "metrics", "log_every", "a number of steps >= 1")
         need(t.eval_every >= 0, "training", "eval_every", "a number of steps >= 0 (0: no evaluation)")
         need(t.eval_batches >= 1, "training", "eval_batches", "a number of batches >= 1")
+        need(t.nan_tolerance >= 0, "training", "nan_tolerance", "a number of steps >= 0 (0: stop at the first)")
         need(c.every >= 0, "checkpoint", "every", "a number of steps >= 0 (0: only at the end)")
         need(m.efficiency_every >= 0, "metrics", "efficiency_every", "a number of steps >= 0 (0: never)")
         need(d.dtype in TOKEN_DTYPES, "data", "dtype", f"one of {', '.join(TOKEN_DTYPES)}")

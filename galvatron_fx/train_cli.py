@@ -53,7 +53,7 @@ from pathlib import Path
 
 from galvatron_fx import run_config
 from galvatron_fx.commands import default_precision, offload_space
-from galvatron_fx.errors import ConfigError
+from galvatron_fx.errors import ConfigError, NonFiniteLossError
 from galvatron_fx.run_config import IMPORTABLE, RunConfig
 
 def resolve_run(args: argparse.Namespace) -> RunConfig:
@@ -287,18 +287,21 @@ def run_cli(args: argparse.Namespace) -> int:
     metrics = (out / "metrics.jsonl").open("a") if rank == 0 else None
     board = tensorboard_writer(out / "tensorboard") if rank == 0 else None
     max_norm = run.training.max_norm
+    bad = 0  # steps skipped for a non-finite loss or gradient norm
 
     def step_fn(b):
         loss = pm.forward_backward(b)
-        norm = pm.clip_grad_norm_(max_norm if max_norm else math.inf)  # (the norm is logged either way)
-        opt.step()
+        norm = float(pm.clip_grad_norm_(max_norm if max_norm else math.inf))  # (the norm is logged either way)
+        loss = float(loss)
+        if math.isfinite(loss) and math.isfinite(norm):  # (the global loss and norm: every rank decides alike)
+            opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss), float(norm)
+        return loss, norm
 
     def record(rec: dict) -> None:
         if metrics is None:
             return
-        metrics.write(json.dumps(rec) + "\n")
+        metrics.write(json.dumps(_strict(rec), allow_nan=False) + "\n")
         metrics.flush()
         if board is not None:
             for k, v in rec.items():
@@ -337,8 +340,19 @@ def run_cli(args: argparse.Namespace) -> int:
                    "compute_density": density, "profiled": density is not None}
             if val_batch is not None and run.training.eval_every and ((step + 1) % run.training.eval_every == 0 or step + 1 == steps):
                 rec["val_loss"] = _evaluate(pm, val_batch, run.training.eval_batches)
-            if not math.isfinite(loss):
-                raise RuntimeError(f"step {step + 1}: the loss is {loss}; lower lr (now {lr:.3g}) or give max_norm")
+            if not (math.isfinite(loss) and math.isfinite(norm)):  # the step was not taken (step_fn)
+                bad += 1
+                rec["skipped"] = f"non-finite loss {loss} or grad norm {norm}: the optimizer did not step"
+                if bad > run.training.nan_tolerance:
+                    record(rec)
+                    raise NonFiniteLossError(
+                        f"step {step + 1}: the loss is {loss} (grad norm {norm}), {bad} such step(s) with "
+                        f"training.nan_tolerance = {run.training.nan_tolerance}; the parameters were not stepped on "
+                        f"it. Lower optimizer.lr (now {lr:.3g}), give training.max_norm, or a larger nan_tolerance "
+                        "to skip such steps")
+                if rank == 0:
+                    print(f"step {step + 1}: {rec['skipped']} ({bad} of {run.training.nan_tolerance} tolerated)",
+                          file=sys.stderr)
             record(rec)
             if rank == 0 and ((step + 1) % run.metrics.log_every == 0 or step + 1 == steps or "val_loss" in rec):
                 print(format_line(rec, steps), file=sys.stderr, flush=True)
@@ -369,6 +383,22 @@ def run_cli(args: argparse.Namespace) -> int:
     dist.barrier()  # every rank tears its groups down together, after rank 0's report
     dist.destroy_process_group()
     return 0
+
+
+def _strict(rec: dict) -> dict:
+    """A metrics record as strict JSON: a non-finite number is null (the step's ``skipped``
+    field, or ``nonfinite``, says why)."""
+    out, bad = {}, []
+    for k, v in rec.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k], bad = None, bad + [f"{k} {v}"]
+        elif isinstance(v, list):
+            out[k] = [x if not isinstance(x, float) or math.isfinite(x) else None for x in v]
+        else:
+            out[k] = v
+    if bad and "skipped" not in out:
+        out["nonfinite"] = ", ".join(bad)
+    return out
 
 
 def _save(pm, opt, path: str, step: int) -> None:

@@ -379,3 +379,25 @@ def test_train_starts_from_a_save_pretrained_directory(tmp_path):
     with torch.no_grad():
         want = model(**TokenFile.fill(windows, "hf", {"input_ids": windows, "labels": windows}, None, "t")).loss
     assert line["loss"] == pytest.approx(want.item(), rel=1e-5)
+
+
+def test_a_non_finite_loss_stops_the_run_or_is_skipped_as_told(tmp_path):
+    """An exploding run (lr 1e30): the first non-finite loss stops it with a clear error naming the
+    step (exit 2), its metrics line strict JSON with null and the reason; with nan_tolerance the
+    bad steps are skipped (the optimizer does not step on them) and the run ends."""
+    (tmp_path / "run.toml").write_text('[model]\nname = "gpt-tiny"\n[training]\nbatch = 2\nseq = 16\nsteps = 3\n'
+                                       '[optimizer]\nlr = 1e30\n[metrics]\nout = "out"\nefficiency_every = 0\n')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "galvatron_fx.cli", "train", "--config", "run.toml", *a],  # noqa: E731
+                                    cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = run()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "error: step 2: the loss is nan" in proc.stderr and "nan_tolerance" in proc.stderr, proc.stderr[-2000:]
+    lines = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]  # strict JSON
+    assert [l["loss"] is None for l in lines] == [False, True] and "did not step" in lines[1]["skipped"]
+    (tmp_path / "out" / "metrics.jsonl").unlink()
+    proc = run("--training.nan_tolerance", "5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step 3: non-finite loss nan" in proc.stderr and "(2 of 5 tolerated)" in proc.stderr
+    lines = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["loss"] is None for l in lines] == [False, True, True]
