@@ -54,6 +54,37 @@ class Observations:
     collectives: tuple[tuple[str, int, tuple[int, ...], float], ...] = ()
     step_times_s: tuple[float, ...] = field(default=())  # per observed step, the slowest rank's
 
+    def check(self) -> Observations:
+        """Itself when every figure is a finite number >= 0 (seconds, bytes), else a
+        ``ConfigError`` naming each that is not: a NaN or negative time would fit a cost model
+        that predicts NaN or negative steps."""
+        import math
+
+        from galvatron_fx.errors import ConfigError
+
+        bad = []
+
+        def see(name: str, v) -> None:
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+                                  or v < 0):
+                bad.append(f"{name} = {v!r}")
+
+        for k, (f, b) in self.layer_s.items():
+            see(f"layer_s[{k!r}] forward", f)
+            see(f"layer_s[{k!r}] backward", b)
+        for name in ("sync_s", "optimizer_s", "step_s", "peak_bytes"):
+            see(name, getattr(self, name))
+        for i, c in enumerate(self.collectives):
+            see(f"collectives[{i}] bytes", c[1])
+            see(f"collectives[{i}] seconds", c[3])
+        for i, t in enumerate(self.step_times_s):
+            see(f"step_times_s[{i}]", t)
+        if bad:
+            raise ConfigError(f"observations of plan {self.plan_hash[:12] or '?'} hold figures that are not finite "
+                              f"numbers >= 0: {', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}; observe the "
+                              "steps again (pm.observe) instead of refitting on them")
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {"plan_hash": self.plan_hash, "steps": self.steps,
                 "layer_s": {k: list(v) for k, v in self.layer_s.items()}, "sync_s": self.sync_s,

@@ -42,7 +42,7 @@ def refit(plan, observations, *, mg, cost_model=None, fit: tuple[str, ...] = FIT
         from galvatron_fx.ir.strategy import Precision
 
         cost_model = AnalyticCostModel(Cluster.from_dict(plan.cluster), precision=Precision.named(plan.precision))
-    obs = observations
+    obs = observations.check()  # (NaN, infinite or negative figures: refused, named)
     links = fit_factors(plan, obs, cost_model, ("links",) if "links" in fit else ())
     linked = RefitCostModel(cost_model, links)
     comm = in_call_comm_s(price_plan(plan, mg, linked), linked)

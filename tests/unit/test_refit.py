@@ -5,6 +5,7 @@ activation memory — and what the refit recovers from them."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -142,3 +143,20 @@ def test_factors_are_bounded_and_a_bad_fit_name_says_what_to_choose(setup):
     # a tier no collective was timed on keeps its price
     m = RefitCostModel(cm, Factors())
     assert m.collective_time_s("all_reduce", 2**20, [0, 1]) == cm.collective_time_s("all_reduce", 2**20, [0, 1])
+
+
+def test_observations_that_are_not_finite_or_negative_are_refused(setup):
+    from galvatron_fx.errors import ConfigError
+
+    mg, right, _ = setup
+    plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    obs = _observe(plan, mg, AnalyticCostModel(right))
+    name = plan.layers[1].name
+    for bad, expect in [(dataclasses.replace(obs, step_s=float("nan")), "step_s = nan"),
+                        (dataclasses.replace(obs, optimizer_s=-1.0), "optimizer_s = -1.0"),
+                        (dataclasses.replace(obs, layer_s={**obs.layer_s, name: (float("inf"), 0.1)}),
+                         f"layer_s['{name}'] forward = inf"),
+                        (dataclasses.replace(obs, peak_bytes=-5), "peak_bytes = -5")]:
+        with pytest.raises(ConfigError, match=re.escape(expect)):
+            gfx.refit(plan, bad, mg=mg)
+    assert gfx.refit(plan, obs, mg=mg).refitted_step_s > 0  # the finite ones fit as before
