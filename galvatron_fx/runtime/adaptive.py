@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from galvatron_fx.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 __all__ = ["AdaptiveMixin", "Replan"]
@@ -134,6 +136,9 @@ class AdaptiveMixin:
             raise RuntimeError("replan() needs the module galvatron_fx.compile() built (it keeps the model and the "
                                "arguments to build the new plan's module from)")
         model = args["model"]
+        for name, v in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 2**30):
+                raise ConfigError(f"replan({name}={v!r}): give a whole number >= 1 (the new {name.replace('_', ' ')})")
         cm = refit.cost_model if refit is not None else self.base_cost_model()
         overhead = refit.overhead_s if refit is not None else 0.0
         reshaped = seq_len is not None or global_batch_size is not None or example_inputs is not None

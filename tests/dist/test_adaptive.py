@@ -207,11 +207,19 @@ def _hf_switch_and_longer_context() -> dict:
     for i in range(2):
         both(short[i % 2])
     plans.append(_signature(pm.plan))
+    from galvatron_fx.errors import ConfigError
+
+    refused = []
+    for bad in (-1, 0):  # nonsense lengths: named, before any search or collective
+        try:
+            pm.replan(opt, seq_len=bad)
+        except ConfigError as e:
+            refused.append(str(e))
     r = pm.replan(opt, seq_len=2 * seq)
     for i in range(2):
         both(long[i % 2])
     plans.append(_signature(pm.plan))
-    return {"loss_err": max(errs), "plans": plans, "switched": r.switched, "seq_after": 2 * seq,
+    return {"loss_err": max(errs), "plans": plans, "switched": r.switched, "seq_after": 2 * seq, "refused": refused,
             "params_on_optimizer": sum(len(g["params"]) for g in opt.param_groups),
             "params_of_module": len(list(pm.parameters()))}
 
@@ -305,6 +313,7 @@ def test_switches_and_a_longer_context_keep_a_hugging_face_models_training(world
     assert_ok(world2, "hf")
     for x in (r["hf"] for r in world2.values()):
         assert x["loss_err"] < LOSS_TOL
+        assert len(x["refused"]) == 2 and all("give a whole number >= 1" in e for e in x["refused"]), x["refused"]
         assert len({str(p) for p in x["plans"]}) >= 2 and x["switched"]
         assert x["params_on_optimizer"] == x["params_of_module"]
 
