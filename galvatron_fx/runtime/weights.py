@@ -119,11 +119,41 @@ def read_checkpoint_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return {k[len(_MODEL_PREFIX):]: v for k, v in state.items()}
 
 
-def _fresh(out: Path, overwrite: bool) -> Path:
-    if out.exists() and not overwrite:
+EXPORT_MARKER = ".galvatron_fx-export"  # in a Hugging Face directory an export wrote: what --overwrite may replace
+
+
+def check_target(out: Path, overwrite: bool, *, directory: bool) -> None:
+    """Refuse a target that cannot be written or must not be replaced, before anything is written:
+    an existing one without ``overwrite``; a directory where a file goes (or the reverse); a
+    directory holding files an export did not write (no :data:`EXPORT_MARKER`), which
+    ``overwrite`` would delete."""
+    if not out.exists():
+        return
+    if not overwrite:
         raise ConfigError(f"{out} exists: choose another path, or pass overwrite (--overwrite) to replace it")
+    if out.is_dir() != directory:
+        raise ConfigError(f"{out} is {'not ' if directory else ''}a directory: give the {'directory' if directory else 'file'}"
+                          " to write")
+    if directory and any(out.iterdir()) and not (out / EXPORT_MARKER).exists():
+        names = sorted(p.name for p in out.iterdir())[:5]
+        raise ConfigError(f"{out} holds files an export did not write ({', '.join(names)}, ...): --overwrite replaces only "
+                          "an earlier export; choose another directory")
+
+
+def _fresh(out: Path, overwrite: bool, *, directory: bool = False) -> Path:
+    check_target(out, overwrite, directory=directory)
     out.parent.mkdir(parents=True, exist_ok=True)
     return out.parent / f".{out.name}.tmp-{os.getpid()}"
+
+
+def _disk_full(e: OSError, out: Path) -> ConfigError | None:
+    """A ConfigError naming a full disk when ``e`` is one (``ENOSPC``), else None."""
+    import errno
+
+    if getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e):
+        return ConfigError(f"the disk holding {out.parent} is full (no space left on device) while writing {out}: "
+                           "nothing was replaced and the partial files were removed; free space or write elsewhere")
+    return None
 
 
 def save_safetensors(state: dict[str, torch.Tensor], out: str | os.PathLike, *, overwrite: bool = False) -> Path:
@@ -138,6 +168,8 @@ def save_safetensors(state: dict[str, torch.Tensor], out: str | os.PathLike, *, 
         save_file({k: v.detach().cpu().contiguous().clone() for k, v in state.items()}, str(tmp),
                   metadata={"format": "pt"})
         os.replace(tmp, out)
+    except OSError as e:
+        raise (_disk_full(e, out) or e) from None
     finally:
         tmp.unlink(missing_ok=True)
     return out
@@ -157,9 +189,10 @@ def save_hf_pretrained(state: dict[str, torch.Tensor], hf_config: str | os.PathL
     copy_into(model, {**state, **_tied_values(model, state, tied)})
     model.tie_weights()  # assigning split the tied parameters; the config says which are one
     out_dir = Path(out_dir)
-    tmp = _fresh(out_dir, overwrite)
+    tmp = _fresh(out_dir, overwrite, directory=True)
     try:
         model.save_pretrained(str(tmp), safe_serialization=True)
+        (tmp / EXPORT_MARKER).write_text('{"format": "galvatron_fx-export"}\n')
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
             os.replace(out_dir, old)
@@ -167,6 +200,8 @@ def save_hf_pretrained(state: dict[str, torch.Tensor], hf_config: str | os.PathL
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out_dir)
+    except OSError as e:
+        raise (_disk_full(e, out_dir) or e) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -199,6 +234,9 @@ def export_checkpoint(path: str | os.PathLike, *, out: str | os.PathLike | None 
     if hf_dir is not None and hf_config is None:
         raise ConfigError("export --hf-dir needs --hf-config PATH: the Hugging Face config.json the model was built "
                           "from")
+    for target, directory in ((out, False), (hf_dir, True)):  # every target checked before anything is written
+        if target is not None:
+            check_target(Path(target), overwrite, directory=directory)
     state = read_checkpoint_weights(path)
     if out is not None:
         save_safetensors(state, out, overwrite=overwrite)
