@@ -62,6 +62,7 @@ import io
 import logging
 import operator
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,24 @@ def _failure(e: dcp.CheckpointException) -> str:
         exc = failure[0] if isinstance(failure, tuple) else failure
         return f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return str(e).splitlines()[0]
+
+
+def _disk_full(e: dcp.CheckpointException, path: Path) -> str | None:
+    """``"the disk is full ..."`` when a rank's failure was a full disk (``ENOSPC``, or the zip
+    writer's short write that a full disk causes), else None."""
+    import errno
+
+    for failure in e.failures.values():
+        exc = failure[0] if isinstance(failure, tuple) else failure
+        chain = [exc, getattr(exc, "__cause__", None), getattr(exc, "__context__", None)]
+        if any(getattr(x, "errno", None) == errno.ENOSPC for x in chain if x is not None) or \
+                any(m in str(exc) for m in ("No space left", "unexpected pos")):
+            try:
+                free = shutil.disk_usage(path.parent).free
+            except OSError:
+                free = None
+            return "the disk holding it is full" + (f" ({free / 2**20:.0f} MiB free)" if free is not None else "")
+    return None
 
 
 def _from_rank0(value: Any) -> Any:
@@ -278,9 +297,13 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     try:
         dcp.save(state, storage_writer=FileSystemWriter(tmp, single_file_per_rank=True, sync_files=True))
     except dcp.CheckpointException as e:  # raised on every rank
-        raise ConfigError(f"saving checkpoint {str(path)!r} failed while writing the shards ({_failure(e)}); "
-                          "the previous checkpoint at that path is intact: check the disk (space, permissions) "
-                          "and save again") from None
+        full = _disk_full(e, path)
+        if rank == 0:  # the unfinished save goes: it is no checkpoint
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"saving checkpoint {str(path)!r} failed while writing the shards ({full or _failure(e)}); "
+                          "the previous checkpoint at that path is intact and the unfinished save was removed: "
+                          + ("free space on that disk, or save elsewhere" if full else
+                             "check the disk (space, permissions) and save again")) from None
 
     # each rank hashes the files it wrote; rank 0 finishes
     mine: dict[str, dict] = {}

@@ -207,6 +207,28 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     out["crash_load_step"], out["crash_load_err"] = info.step, _max_diff(_snapshot(pm, opt), saved)
     dist.barrier()
 
+    # the disk fills while rank 1 writes its shard: named, the unfinished save removed, the previous one kept
+    import errno
+
+    import torch.distributed.checkpoint.filesystem as dcp_fs
+
+    real_item = dcp_fs._write_item
+
+    def full(*a, **k):
+        if dist.get_rank() == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_item(*a, **k)
+
+    out["tmp_before_full"] = sorted(p.name for p in tmp.glob(".ckA.tmp-*"))  # (the crash's, which the next save clears)
+    dcp_fs._write_item = full
+    try:
+        out["full_error"] = config_error(lambda: pm.save(path, opt, step=104))
+    finally:
+        dcp_fs._write_item = real_item
+    dist.barrier()
+    out["tmp_after_full"] = sorted(p.name for p in tmp.glob(".ckA.tmp-*"))
+    out["step_after_full"] = ck.read_manifest(path)["step"]
+
     # killed between ``path -> .old`` and ``tmp -> path``
     pm.train_step(batch, opt)
 
@@ -552,6 +574,8 @@ def test_failed_save_keeps_the_previous_checkpoint(world2):
         assert "previous checkpoint" in c["crash_error"] and "intact" in c["crash_error"]
         assert c["step_after_crash"] == 100 and c["tmp_left"] == [".ckA.tmp"], (rank, c)
         assert c["crash_load_step"] == 100 and c["crash_load_err"] == 0.0
+        assert "the disk holding it is full" in c["full_error"] and "intact" in c["full_error"], (rank, c["full_error"])
+        assert c["tmp_after_full"] == c["tmp_before_full"] and c["step_after_full"] == 100, (rank, c)
         assert c["swap_error"].startswith("ConfigError") and not c["path_exists_after_swap_crash"]
         assert c["fallback_dir"] == ".ckA.old" and c["fallback_step"] == 100 and c["fallback_err"] == 0.0
         assert c["step_after_good_save"] == 103 and c["verify_ok"] == 103
