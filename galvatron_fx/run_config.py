@@ -7,7 +7,7 @@ keep them.
     [training]     steps, batch, tokens_per_step, seq, max_norm, eval_every, eval_batches, nan_tolerance
     [optimizer]    name, lr, warmup, schedule, min_lr, weight_decay
     [data]         source, dtype, val_fraction
-    [checkpoint]   dir, every
+    [checkpoint]   dir, every, keep
     [metrics]      out, log_every, efficiency_every
 
 Contract: :func:`load` reads a TOML file into a :class:`RunConfig` (one dataclass per section,
@@ -105,6 +105,7 @@ class DataConfig:
 class CheckpointConfig:
     dir: str | None = _f(None, (str,), flat="checkpoint_dir", path=True)
     every: int = _f(0, (int,), flat="checkpoint_every")
+    keep: int = _f(3, (int,), doc="the newest step checkpoints kept in dir (step-<N>)")
 
 
 @dataclass
@@ -225,6 +226,7 @@ class RunConfig:
         need(t.eval_batches >= 1, "training", "eval_batches", "a number of batches >= 1")
         need(t.nan_tolerance >= 0, "training", "nan_tolerance", "a number of steps >= 0 (0: stop at the first)")
         need(c.every >= 0, "checkpoint", "every", "a number of steps >= 0 (0: only at the end)")
+        need(c.keep >= 1, "checkpoint", "keep", "a number of checkpoints >= 1")
         need(m.efficiency_every >= 0, "metrics", "efficiency_every", "a number of steps >= 0 (0: never)")
         need(d.dtype in TOKEN_DTYPES, "data", "dtype", f"one of {', '.join(TOKEN_DTYPES)}")
         need(finite(d.val_fraction) and 0 <= d.val_fraction < 1, "data", "val_fraction", "a fraction in [0, 1)")

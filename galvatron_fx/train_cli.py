@@ -35,9 +35,13 @@ go to ``<out>/tensorboard``. ``<out>/plan.json`` is the plan run, ``<out>/predic
 its predicted step and ``<out>/step_trace.rank<R>.json`` the first profiled step as Chrome traces
 (Perfetto), ``<out>/report.json`` the predicted against measured summary and
 ``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report_html`),
-``<out>/run_config.json`` the config the run resolved, by section. ``checkpoint.dir`` saves every
-``checkpoint.every`` steps and at the end (:mod:`galvatron_fx.runtime.checkpoint`), and resumes
-from a checkpoint already there.
+``<out>/run_config.json`` the config the run resolved, by section. ``checkpoint.dir`` holds the
+run's checkpoints, ``step-<N>`` every ``checkpoint.every`` steps and at the end
+(:mod:`galvatron_fx.runtime.checkpoint`), the newest ``checkpoint.keep`` kept. Before the first
+step a run decides what to do with it: resume from the newest checkpoint that loads (newer ones
+that do not are said and set aside), or refuse a directory of other files, or of checkpoints none
+of which loads, naming it. A step whose loss or gradient norm is not finite is not stepped on; more
+than ``training.nan_tolerance`` of them stop the run with an error naming the step.
 """
 
 from __future__ import annotations
@@ -198,6 +202,9 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
 
     run = resolve_run(args)  # every key checked before torch is imported: a bad config says so at once
+    from galvatron_fx.runtime.checkpoint_files import step_checkpoints
+
+    resumable = step_checkpoints(run.checkpoint.dir) if run.checkpoint.dir else []  # (foreign files: refused now)
     init_dir = run.model.init[3:] if run.model.init else None
     hf_config = run.model.hf_config or (init_dir if init_dir and not run.model.name and not run.model.factory else None)
     source = model_source.resolve(zoo_name=run.model.name, hf_config=hf_config, factory=run.model.factory)
@@ -263,15 +270,10 @@ def run_cli(args: argparse.Namespace) -> int:
     groups = param_groups(pm.named_parameters(), run.optimizer.weight_decay)
     opt = torch.optim.AdamW(groups, lr=run.optimizer.lr) if run.optimizer.name == "adamw" else \
         torch.optim.SGD(groups, lr=run.optimizer.lr)
-    start = 0
+    start = _resume(pm, opt, run.checkpoint.dir, resumable, rank)
     ckpt = run.checkpoint.dir
-    if ckpt and (Path(ckpt) / "manifest.json").exists():
-        from galvatron_fx.runtime import checkpoint
-
-        start = int(checkpoint.load(pm, opt, ckpt).step or 0)
-        if rank == 0:
-            print(f"resumed from {ckpt} at step {start}\n  the schedule goes on from there: learning rate "
-                  f"{lr_at(start, **recipe):.3g}", file=sys.stderr)
+    if start and rank == 0:
+        print(f"  the schedule goes on from there: learning rate {lr_at(start, **recipe):.3g}", file=sys.stderr)
     tokens = _tokens(example)
     peak_flops = plan.predicted.peak_flops or cluster.device(0).flops(Precision.named(plan.precision).compute_dtype) * world
     flops_step = plan.predicted.model_flops
@@ -357,14 +359,14 @@ def run_cli(args: argparse.Namespace) -> int:
             if rank == 0 and ((step + 1) % run.metrics.log_every == 0 or step + 1 == steps or "val_loss" in rec):
                 print(format_line(rec, steps), file=sys.stderr, flush=True)
             if ckpt and run.checkpoint.every and (step + 1) % run.checkpoint.every == 0:
-                _save(pm, opt, ckpt, step + 1)
+                _save(pm, opt, ckpt, step + 1, run.checkpoint.keep)
     finally:
         if metrics is not None:
             metrics.close()
         if board is not None:
             board.close()
-    if ckpt:
-        _save(pm, opt, ckpt, steps)
+    if ckpt and not (run.checkpoint.every and steps % run.checkpoint.every == 0 and start < steps):
+        _save(pm, opt, ckpt, steps, run.checkpoint.keep)
     if rank == 0 and (times or slowed):
         measured = statistics.median(times[min(3, len(times) - 1):] or slowed)
         p = plan.predicted
@@ -401,10 +403,49 @@ def _strict(rec: dict) -> dict:
     return out
 
 
-def _save(pm, opt, path: str, step: int) -> None:
+def _save(pm, opt, directory: str, step: int, keep: int) -> None:
+    """Step ``step``'s checkpoint as ``<directory>/step-<step>``; then all but the newest ``keep``
+    of the run's step checkpoints removed (rank 0)."""
+    import torch.distributed as dist
+
+    from galvatron_fx.runtime import checkpoint
+    from galvatron_fx.runtime.checkpoint_files import STEP_PREFIX, prune_steps
+
+    checkpoint.save(pm, opt, Path(directory) / f"{STEP_PREFIX}{step}", step=step)
+    if dist.get_rank() == 0:
+        prune_steps(directory, keep)
+
+
+def _resume(pm, opt, directory: str | None, candidates: list, rank: int) -> int:
+    """The step to start from: the newest of the run's checkpoints (``candidates``, newest first)
+    that loads into this run, said on rank 0; 0 with none. When there are some but none loads,
+    a ``ConfigError`` naming the directory, before the first step (never train and then fail to
+    save)."""
     from galvatron_fx.runtime import checkpoint
 
-    checkpoint.save(pm, opt, path, step=step)
+    problems, unloadable = [], []
+    for _step, path in candidates:
+        try:
+            start = int(checkpoint.load(pm, opt, path).step or 0)
+        except ConfigError as e:
+            problems.append(f"{path.name}: {e}")
+            unloadable.append(path)
+            if rank == 0:
+                print(f"not resuming from {path}: {e}", file=sys.stderr)
+            continue
+        if rank == 0:
+            print(f"resumed from {path} at step {start}", file=sys.stderr)
+            for p in unloadable:  # newer saves that do not load: set aside (kept, hidden), their steps saved anew
+                if p != Path(directory):
+                    aside = p.parent / f".{p.name}.unloadable-{int(time.time())}"
+                    p.rename(aside)
+                    print(f"  {p} set aside as {aside.name}", file=sys.stderr)
+        return start
+    if problems:
+        raise ConfigError(f"checkpoint.dir {directory!r} holds checkpoints, none of which loads into this run "
+                          f"({'; '.join(p[:300] for p in problems[:3])}): point checkpoint.dir at a new directory, "
+                          "or move those away")
+    return 0
 
 
 def _tensors(example) -> list:

@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["read_manifest", "read_dcp_metadata", "verify", "FORMAT", "VERSION", "MANIFEST", "PLAN", "TRAINER"]
+__all__ = ["read_manifest", "read_dcp_metadata", "verify", "FORMAT", "VERSION", "MANIFEST", "PLAN", "TRAINER",
+           "step_checkpoints", "newest_checkpoint", "prune_steps"]
 
 FORMAT = "galvatron_fx.checkpoint"
 VERSION = 1
@@ -107,6 +108,61 @@ def _write_json(path: Path, data: dict) -> None:
 def _write_manifest(directory: Path, manifest: dict) -> None:
     """The last file of a save: a directory without it is an unfinished save."""
     _write_json(directory / MANIFEST, manifest)
+
+
+STEP_PREFIX = "step-"  # a run's checkpoint directory holds one checkpoint per saved step: step-<N>
+
+
+def step_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """A run's checkpoint directory: ``(step, path)`` of each ``step-<N>`` checkpoint in it,
+    newest first (and the directory itself when it is one checkpoint, an earlier layout).
+    Refuses, naming them, files that are neither (a directory of something else is never
+    trained into and then refused at the end): ``ConfigError``. Hidden names (an unfinished or
+    replaced save's ``.step-<N>.tmp-*``/``.old-*``) are left alone."""
+    d = Path(directory)
+    if not d.exists():
+        return []
+    if not d.is_dir():
+        raise ConfigError(f"checkpoint.dir {str(d)!r} is a file; give a directory")
+    found, other = [], []
+    for p in sorted(d.iterdir()):
+        if p.name.startswith("."):
+            continue
+        tail = p.name[len(STEP_PREFIX):]
+        if p.is_dir() and p.name.startswith(STEP_PREFIX) and tail.isdigit():
+            found.append((int(tail), p))
+        elif p.name not in (MANIFEST, PLAN, TRAINER) and not p.name.endswith(".distcp") and p.name != ".metadata":
+            other.append(p.name)
+    if (d / MANIFEST).exists():  # the directory is a checkpoint itself
+        try:
+            found.append((int(read_manifest(d).get("step") or 0), d))
+        except ConfigError:
+            found.append((-1, d))  # (a damaged one: tried last, refused then)
+    elif other:
+        raise ConfigError(f"checkpoint.dir {str(d)!r} holds files that are not checkpoints ({', '.join(other[:5])}"
+                          f"{', ...' if len(other) > 5 else ''}): point checkpoint.dir at a new or empty directory, "
+                          "or at a training run's own")
+    return sorted(found, key=lambda t: t[0], reverse=True)
+
+
+def newest_checkpoint(path: str | os.PathLike) -> Path:
+    """``path`` when it is a checkpoint, else the newest ``step-<N>`` checkpoint in it."""
+    p = Path(path)
+    if (p / MANIFEST).exists() or not p.is_dir():
+        return p
+    steps = step_checkpoints(p)
+    return steps[0][1] if steps else p
+
+
+def prune_steps(directory: str | os.PathLike, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` ``step-<N>`` checkpoints of a run's directory (only
+    directories with a manifest, ours); returns those removed."""
+    gone = []
+    for _, p in [t for t in step_checkpoints(directory) if t[1] != Path(directory)][keep:]:
+        if (p / MANIFEST).exists():
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
 
 
 def _siblings(path: Path, kind: str) -> list[Path]:

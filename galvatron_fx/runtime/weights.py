@@ -103,9 +103,9 @@ def read_checkpoint_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from galvatron_fx.runtime.checkpoint_files import _Reader, _resolve, read_dcp_metadata, verify
+    from galvatron_fx.runtime.checkpoint_files import _Reader, _resolve, newest_checkpoint, read_dcp_metadata, verify
 
-    where = _resolve(Path(path))
+    where = _resolve(newest_checkpoint(path))  # (a run's directory: its newest step checkpoint)
     verify(where)
     md = read_dcp_metadata(where)
     state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)

@@ -401,3 +401,38 @@ def test_a_non_finite_loss_stops_the_run_or_is_skipped_as_told(tmp_path):
     assert "step 3: non-finite loss nan" in proc.stderr and "(2 of 5 tolerated)" in proc.stderr
     lines = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [l["loss"] is None for l in lines] == [False, True, True]
+
+
+def test_a_runs_checkpoints_are_kept_resumed_from_the_newest_that_loads_or_refused_first(tmp_path):
+    """checkpoint.dir holds step-<N> checkpoints, the newest checkpoint.keep kept; a rerun resumes
+    from the newest that loads (a damaged newest one is said and passed over); a directory of
+    other files, or of checkpoints none of which loads, is refused before the first step."""
+    (tmp_path / "run.toml").write_text('[model]\nname = "gpt-tiny"\n[training]\nbatch = 2\nseq = 16\nsteps = 4\n'
+                                       '[checkpoint]\ndir = "ck"\nevery = 1\nkeep = 2\n'
+                                       '[metrics]\nout = "out"\nefficiency_every = 0\n')
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "galvatron_fx.cli", "train", "--config", "run.toml", *a],  # noqa: E731
+                                    cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = run()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step-3", "step-4"]  # keep = 2
+    (tmp_path / "ck" / "step-4" / "manifest.json").unlink()  # the newest is damaged (an unfinished save)
+    proc = run("--steps", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not resuming from" in proc.stderr and "step-4" in proc.stderr
+    assert "step-3 at step 3" in proc.stderr and "set aside as .step-4.unloadable-" in proc.stderr, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if not p.name.startswith(".")) == ["step-5", "step-6"]
+    steps = [json.loads(l)["step"] for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 4, 5, 6]
+    # a directory of the user's files, or of checkpoints none of which loads: refused before any step
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    proc = run("--checkpoint.dir", str(other))
+    assert proc.returncode == 2 and "holds files that are not checkpoints (notes.txt)" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out2").exists() and (other / "notes.txt").read_text() == "mine"
+    broken = tmp_path / "broken"
+    (broken / "step-9").mkdir(parents=True)
+    proc = run("--checkpoint.dir", str(broken), "--metrics.out", str(tmp_path / "out3"))
+    assert proc.returncode == 2 and "none of which loads into this run" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out3" / "metrics.jsonl").exists() or not (tmp_path / "out3" / "metrics.jsonl").read_text()
