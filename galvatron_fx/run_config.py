@@ -222,6 +222,8 @@ class RunConfig:
         need(o.schedule in SCHEDULES, "optimizer", "schedule", f"one of {', '.join(SCHEDULES)}")
         need(0 <= o.warmup < t.steps, "optimizer", "warmup", f"fewer steps than training.steps = {t.steps}")
         need(m.log_every >= 1, "metrics", "log_every", "a number of steps >= 1")
+        need(not Path(m.out).is_file(), "metrics", "out", "a directory for the run's metrics, plan and report (this "
+             "is a file)")
         need(t.eval_every >= 0, "training", "eval_every", "a number of steps >= 0 (0: no evaluation)")
         need(t.eval_batches >= 1, "training", "eval_batches", "a number of batches >= 1")
         need(t.nan_tolerance >= 0, "training", "nan_tolerance", "a number of steps >= 0 (0: stop at the first)")

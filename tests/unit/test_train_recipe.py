@@ -87,6 +87,7 @@ def test_token_files_that_cannot_feed_the_model_are_refused(tmp_path):
     ("batch = \"9:3\"\n", "training.batch = '9:3'"), ("batch = \"many\"\n", "training.batch = 'many'"),
     ("seq = -1\n", "training.seq = -1"), ("memory = -2\n", "parallelism.memory = -2"), ("tp = [0]\n", "parallelism.tp"),
     ("max_pp = 0\n", "parallelism.max_pp = 0"), ("tokens_per_step = 0\n", "training.tokens_per_step = 0"),
+    ("out = \"run.toml\"\n", "metrics.out = "),
 ])
 def test_a_run_config_with_a_nonsense_recipe_is_refused(tmp_path, text, expect):
     cfg = tmp_path / "run.toml"
