@@ -28,9 +28,11 @@ HERE = Path(__file__).parent
 TIMEOUT_S = 3.0  # fault_worker's compile(timeout=)
 
 
-def _launch(scenario: str, out: Path) -> list[subprocess.Popen]:
+def _launch(scenario: str, out: Path, timeout_s: float | None = None) -> list[subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent.parent)}
+    if timeout_s is not None:  # compile(timeout=timeout_s), as a user sets it
+        env["GFX_FAULT_TIMEOUT"] = str(timeout_s)
     procs = []
     for r in range(2):  # output to a file: a full pipe would block the rank
         with open(out / f"{scenario}.rank{r}.log", "wb") as log:
@@ -65,6 +67,21 @@ def _record(out: Path, scenario: str, rank: int, p: subprocess.Popen) -> dict:
     f = out / f"{scenario}.rank{rank}.json"
     assert f.exists(), f"rank {rank} left no record: {_output(p)}"
     return json.loads(f.read_text())
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_ends_the_job_within_a_longer_compile_timeout(tmp_path):
+    """compile(timeout=20) as a user sets it: a rank stopped (SIGSTOP) before step 3 ends the
+    other within the timeout and 10 s, naming it."""
+    procs = _launch("stop", tmp_path, timeout_s=20.0)
+    try:
+        _wait(procs[0], 240)
+    finally:
+        _end(procs)
+    r0 = _record(tmp_path, "stop", 0, procs[0])
+    assert r0["outcome"] == "RankFailureError" and "rank 1 stopped answering" in r0["message"], r0
+    assert r0["fault_to_error_s"] <= 20.0 + 10.0, r0
+    print(f"\nSIGSTOP, compile(timeout=20): the survivor ended {r0['fault_to_error_s']:.2f} s into the step")
 
 
 @pytest.fixture(scope="module")
