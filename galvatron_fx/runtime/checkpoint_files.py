@@ -35,6 +35,7 @@ missing (a crash between the two renames).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -304,7 +305,12 @@ def read_dcp_metadata(path: str | os.PathLike) -> Metadata:
     bad = f"checkpoint {str(path)!r} is damaged or forged: its {_DCP_METADATA}"
     try:
         with open(path / _DCP_METADATA, "rb") as f:
-            md = _MetadataUnpickler(f).load()
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ConfigError(f"{bad} is larger than {MAX_MANIFEST_BYTES // 2**20} MiB; load a checkpoint you trust")
+        md = _MetadataUnpickler(io.BytesIO(raw)).load()
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 (whatever a damaged or forged file raises)
         raise ConfigError(f"{bad} is not DCP metadata ({type(e).__name__}: {e}); load a checkpoint you trust") from None
     if not isinstance(md, Metadata) or not isinstance(md.state_dict_metadata, dict):

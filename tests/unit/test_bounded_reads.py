@@ -104,3 +104,14 @@ def test_a_checkpoint_manifest_that_never_ends_is_refused(tmp_path):
     _zero_link(tmp_path / "ck" / MANIFEST)
     with pytest.raises(ConfigError, match="larger than 256 MiB"):
         read_manifest(tmp_path / "ck")
+
+
+def test_dcp_metadata_that_never_ends_is_refused(tmp_path):
+    from galvatron_fx.runtime.checkpoint_files import read_dcp_metadata
+
+    (tmp_path / "ck").mkdir()
+    _zero_link(tmp_path / "ck" / ".metadata")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match="larger than 256 MiB"):
+        read_dcp_metadata(tmp_path / "ck")
+    assert time.perf_counter() - t0 < 30
