@@ -42,8 +42,9 @@ COMPILED2 = ("mixtral", "qwen2moe", "deepseekv3", "olmoe", "clip")  # the search
 BACKEND2 = ("swin", "bloom", "mamba")  # (Mamba under Dynamo: its associative scan, vmap levels and all)
 SGD_FAMILIES = ("clip",)  # (CLIP's text keys: see _coupled_case)
 # world 4 (slow): the mixture-of-experts blocks on 2-D meshes (with sequence parallelism and
-# ZeRO-3; layers on different meshes and strategies), and the search's own plan
-CASES4 = {"mixtral": ("dp2tp2", "dp2tp2-sp-zero3"), "deepseekv3": ("dp2tp2", "mixed")}
+# ZeRO-3; layers on different meshes and strategies), in two pipeline stages of two ranks (tensor
+# parallel or ZeRO-3 inside each), and the search's own plan
+CASES4 = {"mixtral": ("dp2tp2", "dp2tp2-sp-zero3", "pp2-1f1b-tp2"), "deepseekv3": ("dp2tp2", "mixed", "pp2-1f1b-zero3")}
 COMPILED4 = ("mixtral",)
 
 

@@ -44,6 +44,9 @@ SPECS4 = {
     "dp2tp2": (2, 2, "none", "none", "ddp"),
     "dp2tp2-sp-zero3": (2, 2, "megatron", "none", "zero3"),
     "tp4": (1, 4, "none", "none", "ddp"),  # above the 2 key/value heads of Llama's and Qwen2's GQA
+    # two stages of two ranks each (1F1B over two micro-batches): tensor parallel or ZeRO-3 inside a stage
+    "pp2-1f1b-tp2": (1, 2, "none", "none", "ddp"),
+    "pp2-1f1b-zero3": (2, 1, "none", "none", "zero3"),
     "mixed": [(4, 1, "none", "none", "ddp"), (2, 2, "none", "none", "zero3"), (1, 4, "megatron", "none", "ddp"),
               (2, 2, "none", "full", "zero2"), (4, 1, "none", "selective", "ddp")],  # cycled over the layers
 }
