@@ -12,6 +12,7 @@ plan priced, 1 when it does not (the differences are printed), 2 on bad input.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 import time
 
@@ -30,6 +31,10 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx.passes.dump_program import write_program
     from galvatron_fx.passes.lower_program import lower
 
+    out = Path(args.out)  # checked before anything runs: a file, or a directory of other files, is not replaced
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "summary.json").exists())):
+        raise ConfigError(f"--out {out}: {'a file' if not out.is_dir() else 'a directory of other files'}; give a new "
+                          "directory (or an earlier lower output, which is written over)")
     source = model_source.resolve(zoo_name=args.zoo_name, hf_config=args.hf_config, factory=args.factory)
     plan = ParallelPlan.load(args.plan)
     seq = args.seq or _seq_of(plan)

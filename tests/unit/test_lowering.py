@@ -321,6 +321,16 @@ def test_the_lower_command_writes_the_program_and_says_whether_it_matches(tmp_pa
     assert (tmp_path / "low" / "blocks.0.fw.txt").exists() and (tmp_path / "low" / "passes").is_dir()
     # another model's plan is refused
     assert main(["lower", "llama-tiny", "--plan", str(plan_path), "--out", str(tmp_path / "x")]) == 2
+    # an earlier output is written over; a directory of other files, or a file, is refused before anything runs
+    assert main(["lower", "gpt-tiny", "--plan", str(plan_path), "--out", str(tmp_path / "low")]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["lower", "gpt-tiny", "--plan", str(plan_path), "--out", str(mine)]) == 2
+    assert main(["lower", "gpt-tiny", "--plan", str(plan_path), "--out", str(mine / "notes.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "a directory of other files" in err and "a file" in err and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
 def test_collectives_are_issued_early_and_waited_late(tiny, a100, tmp_path_factory):
