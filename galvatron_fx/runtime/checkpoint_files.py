@@ -151,7 +151,10 @@ def newest_checkpoint(path: str | os.PathLike) -> Path:
     p = Path(path)
     if (p / MANIFEST).exists() or not p.is_dir():
         return p
-    steps = step_checkpoints(p)
+    try:
+        steps = step_checkpoints(p)
+    except ConfigError:  # other files: ``p`` itself, which the reader then refuses as no checkpoint
+        return p
     return steps[0][1] if steps else p
 
 

@@ -287,6 +287,8 @@ class _Search(StageSplit):
     # ---- a pipeline point -------------------------------------------------------------------------
     def evaluate(self, bounds: list[int], pp: int, m: int, schedule: str, samples: int) -> _Candidate | None:
         """Solve every stage (chunk, under interleaving) at these boundaries and simulate a step."""
+        if len(bounds) > 1 and not self.splits_params(bounds):  # a chunk with nothing to train (StageSplit.trains)
+            return None
         devices = self.world // pp
         v = _virtual(schedule)
         edges = bounds + [len(self.layers)]

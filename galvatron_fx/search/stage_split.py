@@ -19,6 +19,24 @@ __all__ = ["StageSplit", "min_max_split"]
 class StageSplit:
     """The stage-split methods of the outer search (see the module doc)."""
 
+    def trains(self) -> np.ndarray:
+        """Per layer, whether it reads a parameter that trains: every pipeline chunk holds one,
+        so that every rank has parameters to step (a stage of only the loss, on a slow node,
+        would leave its ranks' optimizers with nothing)."""
+        if getattr(self, "_trains", None) is None:
+            params = self.mg.params
+            self._trains = np.array([any(f in params and params[f].requires_grad for f in layer.param_names)
+                                     for layer in self.layers], dtype=bool)
+        return self._trains
+
+    def splits_params(self, bounds: list[int]) -> bool:
+        """Every chunk of ``bounds`` (starts) holds a layer that trains (:meth:`trains`)."""
+        t = self.trains()
+        if not t.any():  # (a model without trained parameters: nothing to require)
+            return True
+        edges = list(bounds) + [len(self.layers)]
+        return all(t[edges[k]:edges[k + 1]].any() for k in range(len(bounds)))
+
     def stage_weights(self, n_chunks: int, devices: int, samples: int, m: int) -> np.ndarray:
         """``(n_chunks, layers)``: each layer's fastest step time on each chunk's stage (its own
         ranks and device kind; heterogeneous clusters only)."""
@@ -59,13 +77,14 @@ class StageSplit:
         n = len(self.layers)
         if pp > n:
             return None
+        trains = self.trains() if self.trains().any() else None
         if self.hetero:
             w = self.stage_weights(pp, devices, samples, m)
             if in_flight is not None:
-                bounds = min_max_split(w, *self.stage_room(devices, samples, m, in_flight))
+                bounds = min_max_split(w, *self.stage_room(devices, samples, m, in_flight), trains=trains)
                 if bounds is not None:
                     return bounds
-            return min_max_split(w)
+            return min_max_split(w, trains=trains)
         w = [min(c.step_time_s(m) for c in self.choices(i, devices, samples, m)) for i in range(n)]
 
         def pack(cap: float) -> list[int] | None:
@@ -93,30 +112,38 @@ class StageSplit:
             if size < 2:
                 return None
             starts.insert(k + 1, edges[k] + size // 2)
+        if not self.splits_params(starts):  # the exact split under that rule, every stage alike
+            return min_max_split(np.tile(np.asarray(w, dtype=float), (pp, 1)), trains=trains)
         return starts
 
 
-def min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarray | None = None
-                   ) -> list[int] | None:
+def min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarray | None = None, *,
+                  trains: np.ndarray | None = None) -> list[int] | None:
     """Starts of the contiguous split of layers ``0..n`` into ``k = len(w)`` non-empty stages,
     stage ``s`` costing ``Σ w[s, its layers]``, that minimises the largest stage: the DP
     ``best[s][j] = min_i max(best[s−1][i], W_s[j] − W_s[i])`` over prefix sums ``W_s``, one
     vectorised row per (stage, end). With ``need`` (like ``w``) and ``room`` (per stage), only
-    splits whose every stage keeps ``Σ need[s, its layers] ≤ room[s]``; None when none does."""
+    splits whose every stage keeps ``Σ need[s, its layers] ≤ room[s]``; with ``trains`` (per layer),
+    only splits whose every stage holds a layer that trains; None when none does."""
     k, n = w.shape
     prefix = np.concatenate([np.zeros((k, 1)), np.cumsum(w, axis=1)], axis=1)  # (k, n+1)
     held = None if need is None else np.concatenate([np.zeros((k, 1)), np.cumsum(need, axis=1)], axis=1)
+    count = None if trains is None else np.concatenate([[0], np.cumsum(np.asarray(trains, dtype=np.int64))])
 
     def cost_of(s: int, j: int, lo: int, prev: np.ndarray) -> np.ndarray:  # stage s takes layers i..j-1, i ≥ lo
         cost = np.maximum(prev, prefix[s, j] - prefix[s, lo:j])
         if held is not None:
             cost[held[s, j] - held[s, lo:j] > room[s]] = np.inf
+        if count is not None:
+            cost[count[j] - count[lo:j] == 0] = np.inf
         return cost
 
     best = np.full(n + 1, np.inf)
     best[1:] = prefix[0, 1:]  # the first stage ends at j
     if held is not None:
         best[1:][held[0, 1:] > room[0]] = np.inf
+    if count is not None:
+        best[1:][count[1:] == 0] = np.inf
     arg = np.zeros((k, n + 1), dtype=np.int64)
     for s in range(1, k):
         new = np.full(n + 1, np.inf)

@@ -183,3 +183,46 @@ def test_min_max_split_is_exact_with_per_stage_speeds_and_memory():
         edges = got + [n]
         assert max(w[s, edges[s]:edges[s + 1]].sum() for s in range(k)) == pytest.approx(best)
         assert all(need[s, edges[s]:edges[s + 1]].sum() <= room[s] for s in range(k))
+
+
+def test_min_max_split_gives_every_stage_a_layer_that_trains():
+    """With ``trains``, the exact split among those whose every stage holds a trained layer."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        k = int(rng.integers(1, 4))
+        n = int(rng.integers(k, 8))
+        w, trains = rng.random((k, n)), rng.random(n) < 0.5
+        best = None
+        for cuts in itertools.combinations(range(1, n), k - 1):
+            edges = [0, *cuts, n]
+            if not all(trains[edges[s]:edges[s + 1]].any() for s in range(k)):
+                continue
+            cost = max(w[s, edges[s]:edges[s + 1]].sum() for s in range(k))
+            best = cost if best is None else min(best, cost)
+        got = min_max_split(w, trains=trains)
+        if best is None:
+            assert got is None
+            continue
+        edges = got + [n]
+        assert max(w[s, edges[s]:edges[s + 1]].sum() for s in range(k)) == pytest.approx(best)
+        assert all(trains[edges[s]:edges[s + 1]].any() for s in range(k))
+
+
+def test_a_very_slow_node_still_gets_parameters_to_train():
+    """A node so slow that the fastest split would leave it only the loss (no parameters, so its
+    ranks' optimizers would have nothing to step) gets the cheapest stage that trains instead."""
+    from galvatron_fx.local_cluster import local_cpu
+
+    base = local_cpu(4, nodes=2, devices_per_node=2)
+    k = next(iter(base.device_specs))
+    fast = dataclasses.replace(base.device_specs[k], peak_flops={"float32": 110e9}, memory_bandwidth_bytes_s=10e9)
+    slow = dataclasses.replace(fast, kind=f"{k} @node1", peak_flops={"float32": 1e9}, memory_bandwidth_bytes_s=1e7,
+                               kernel_overhead_s=0.1)
+    cl = dataclasses.replace(base, device_specs={k: fast, slow.kind: slow}, node_kinds=(k, slow.kind))
+    model, inputs = zoo.build("gpt-tiny", batch_size=8, seq_len=32, device="cpu")
+    mg = gfx.capture(model, inputs)
+    plan = gfx.plan(mg, cl, global_batch_size=8, search={"pp": (2,), "tp": (1,), "dp_types": ("ddp",)})
+    slow_stage = next(s for s, kind in enumerate(plan.stage_devices) if kind == slow.kind)
+    held = [lp.name for lp in plan.layers if lp.stage == slow_stage]
+    trained = {p for name in held for p in next(l for l in mg.layers if l.name == name).param_names}
+    assert any(mg.params[p].requires_grad for p in trained if p in mg.params), held

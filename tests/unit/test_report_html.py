@@ -126,7 +126,7 @@ def test_a_run_directory_gives_predicted_against_measured(pipelined, tmp_path):
     page = report_html.render(pipelined, run)
     assert "5.00×" in _section(page, "measured")  # steps 4..6: 4, 5, 6 × pred -> median 5
     (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\nnot json\n')
-    with pytest.raises(ConfigError, match=r"metrics.jsonl:2 is not a JSON line"):
+    with pytest.raises(ConfigError, match=r"metrics.jsonl:2 is malformed JSON"):
         report_html.render(pipelined, run)
     with pytest.raises(ConfigError, match="does not exist"):
         report_html.render(pipelined, tmp_path / "nowhere")
