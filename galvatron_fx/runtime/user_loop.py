@@ -17,9 +17,9 @@ gradient step reads :attr:`UserLoop.syncing`. It gives:
 - ``loss = pm(batch); loss.backward()`` for a plan without pipeline stages: the gradient sync runs
   when that backward ends (an autograd callback, as DDP queues its own, after FSDP's), unless inside
   ``no_sync``. ``sync_on_backward = False`` turns it off for callers that sync themselves.
-- ``pm(batch, outputs=True)`` (a plan without pipeline stages): the loss and the model's other
-  outputs by their keys in its output, gathered whole; and :func:`finish_step`, the end of a
-  step both modules share (clip, step, schedule, zero).
+- ``pm(batch, outputs=True)``: the loss and the model's other outputs by their keys in its
+  output, gathered whole (a pipeline's from its last stage: ``PipelineModule.forward``); and
+  :func:`finish_step`, the end of a step both modules share (clip, step, schedule, zero).
 
 Algorithm: ``no_sync`` sets a flag the hosts' steps read (no bucket armed, no ``sync_grads``, no
 unscale) and FSDP2's own ``set_requires_gradient_sync(False)`` on every FSDP unit of the bodies,
