@@ -43,26 +43,23 @@ def _int_tuple(text: str) -> tuple[int, ...]:
     return vals
 
 
-def positive_int(text: str) -> int:
-    """A count that must be at least 1 (a batch, a sequence length, nodes, a degree)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if not 1 <= v <= 2**40:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v}")
-    return v
+def _checked(cast, ok, what: str):
+    """An argparse type: ``cast(text)`` when ``ok`` holds for it, else an error saying ``what``."""
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {repr(text) if v is None else v}")
+        return v
+    return parse
 
 
-def positive_float(text: str) -> float:
-    """An amount that must be finite and above 0 (GiB of memory)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (v > 0 and v < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
+# a count that must be at least 1 (a batch, a sequence length, nodes, a degree)
+positive_int = _checked(int, lambda v: 1 <= v <= 2**40, "a whole number >= 1")
+# an amount that must be finite and above 0 (GiB of memory)
+positive_float = _checked(float, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
 def batch_spec(text: str) -> int | str:

@@ -89,7 +89,7 @@ from galvatron_fx.cost_models.pipeline import PipelineResult
 from galvatron_fx.errors import ConfigError
 
 __all__ = ["CPURuntimeCalibration", "CPURuntimeCostModel", "PROBE", "SCHEMA_VERSION", "cache_path", "cached",
-           "calibrated_cost_model", "comm_excess", "cost_model", "efficiency", "machine_fingerprint"]
+           "calibrated_cost_model", "comm_excess", "cost_model", "efficiency", "machine_fingerprint", "read_cache"]
 
 SCHEMA_VERSION = 8  # 8: kernel bytes without metadata queries, in the compute dtype; 7: tensor-parallel gradients summed where a value is made (runtime); 6: collectives close to a sync; 5: optimizer per element / tensor / DTensor; op-by-op overhead; probe plans at N ranks
 # The probe: GPT-family, shaped unlike every zoo configuration (width 96, 3 heads, 320 tokens).
@@ -418,20 +418,26 @@ def cached(cluster: Cluster, cache_dir=None) -> CPURuntimeCalibration | None:
     """This machine's cached calibration when ``cluster`` is this host's gloo CPU processes
     (``Cluster.local_cpu``: profiled or the defaults; its fingerprint is this host's), else None.
     An unreadable cache file is ignored (with a warning)."""
-    import logging
-
     from galvatron_fx.host import local_fingerprint
-    from galvatron_fx.limits import load_json, read_text
 
     if cluster.backend != "gloo" or not all(k.lower().startswith("cpu") for k in cluster.device_specs) \
             or cluster.fingerprint != local_fingerprint(cluster.world_size):
         return None
+    return read_cache(cache_dir)
+
+
+def read_cache(cache_dir=None) -> CPURuntimeCalibration | None:
+    """The calibration cached at :func:`cache_path`, read bounded; None when there is none or it
+    cannot be read (said once, as a warning)."""
+    import logging
+
+    from galvatron_fx.limits import read_json
+
     path = cache_path(cache_dir)
     if not path.exists():
         return None
     try:
-        return CPURuntimeCalibration.from_dict(load_json(read_text(path, what="calibration"),
-                                                         f"calibration {str(path)!r}"))
+        return CPURuntimeCalibration.from_dict(read_json(path, what="calibration"))
     except (ConfigError, OSError, KeyError, TypeError, ValueError) as e:
         logging.getLogger(__name__).warning("cpu_runtime: ignoring unreadable calibration %s (%s)", path, e)
         return None

@@ -37,9 +37,8 @@ import time
 from collections.abc import Sequence
 
 from galvatron_fx.local_cluster import default_local_cpu
-from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, CPURuntimeCostModel, cache_path, machine_fingerprint
-from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import read_json
+from galvatron_fx.cost_models.cpu_runtime import (CPURuntimeCalibration, CPURuntimeCostModel, cache_path,
+                                                   machine_fingerprint, read_cache)
 from galvatron_fx.profiler.cpu_probe import (PROBE_PLANS, _probe_model, fit_rates, fit_runtime_overhead,
                                              measure_collectives, measure_slowdown, probe_plan_space)
 
@@ -159,12 +158,7 @@ def calibrate(*, worlds: Sequence[int] = (2, 4), cache_dir: str | os.PathLike | 
     A cached calibration that lacks some of ``worlds`` is extended (measured ``runs`` times) and
     saved."""
     path = cache_path(cache_dir)
-    cal = None
-    if use_cache and path.exists():
-        try:
-            cal = CPURuntimeCalibration.from_dict(read_json(path, what="calibration"))
-        except (ConfigError, OSError, UnicodeDecodeError) as e:
-            logger.warning("cpu_runtime: ignoring unreadable calibration %s (%s)", path, e)
+    cal = read_cache(cache_dir) if use_cache else None
     say = (lambda msg: print(f"cpu_runtime: {msg}", file=sys.stderr, flush=True)) if progress else (lambda m: None)
     load = os.getloadavg()[0]
     if load > 0.5 * (os.cpu_count() or 1) and (cal is None or not set(worlds) <= set(cal.slowdown)):

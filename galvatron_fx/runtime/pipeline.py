@@ -186,6 +186,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         bounds = [r.start for r in chunks] + [len(mg.layers)]
         crossing = self._crossing(bounds)
         layout = self._layout()
+        self.__dict__["_base_layout"] = layout  # (the chunks' at the planned shape: runtime/pipeline_shapes)
         self.chunks = nn.ModuleList()
         self.scaler = LossScaler() if plan.precision == "fp16" else None
         self.guard = StepGuard()

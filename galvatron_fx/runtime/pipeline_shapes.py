@@ -110,7 +110,7 @@ class PipelineShapes(BatchShapes):
             return
         if key is not None:
             self._variants.move_to_end(key)
-        layout = self._variants[key]["layout"] if key is not None else self._layout()
+        layout = self._variants[key]["layout"] if key is not None else self._base_layout
         for chunk in self.chunks:
             chunk.body._use_variant(key)
             chunk.layout = layout

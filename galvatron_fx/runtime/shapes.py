@@ -192,18 +192,11 @@ class ShapeVariants(BatchShapes):
     def _activate(self, inputs: Sequence) -> None:
         """Make the executors run micro-batches shaped as ``inputs`` (module doc)."""
         sig = _signature(inputs)
-        if sig == self._active or (self._active is None and self._is_base(sig)):
-            return
-        if self._is_base(sig):
-            self._swap(self._base_state)
-            self.__dict__["_active"] = None
-            return
-        if sig not in self._variants:
+        key = None if self._is_base(sig) else sig
+        if key is not None and key not in self._variants:
             with torch.enable_grad():  # (an evaluation's first call: the program has a backward all the same)
-                self._build_variant(sig, inputs)
-        self._variants.move_to_end(sig)
-        self._swap(self._variants[sig])
-        self.__dict__["_active"] = sig
+                self._build_variant(key, inputs)
+        self._use_variant(key)
 
     def _swap(self, state: dict) -> None:
         for k, ex in enumerate(self.executors):

@@ -58,6 +58,13 @@ def write_tokens(path: Path, n: int = 20_000, vocab: int = 64) -> None:
     tokens.astype(np.uint16).tofile(path)
 
 
+def _train_alone(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``galvatron-fx train --config run.toml ARGS`` in one process (no torchrun) in ``cwd``."""
+    cmd = [sys.executable, "-m", "galvatron_fx.cli", "train", "--config", "run.toml", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
 def _torchrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "galvatron_fx.cli", "train", *args]
@@ -387,9 +394,7 @@ def test_a_non_finite_loss_stops_the_run_or_is_skipped_as_told(tmp_path):
     bad steps are skipped (the optimizer does not step on them) and the run ends."""
     (tmp_path / "run.toml").write_text('[model]\nname = "gpt-tiny"\n[training]\nbatch = 2\nseq = 16\nsteps = 3\n'
                                        '[optimizer]\nlr = 1e30\n[metrics]\nout = "out"\nefficiency_every = 0\n')
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "galvatron_fx.cli", "train", "--config", "run.toml", *a],  # noqa: E731
-                                    cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    run = lambda *a: _train_alone(tmp_path, *a)  # noqa: E731
     proc = run()
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "error: step 2: the loss is nan" in proc.stderr and "nan_tolerance" in proc.stderr, proc.stderr[-2000:]
@@ -410,9 +415,7 @@ def test_a_runs_checkpoints_are_kept_resumed_from_the_newest_that_loads_or_refus
     (tmp_path / "run.toml").write_text('[model]\nname = "gpt-tiny"\n[training]\nbatch = 2\nseq = 16\nsteps = 4\n'
                                        '[checkpoint]\ndir = "ck"\nevery = 1\nkeep = 2\n'
                                        '[metrics]\nout = "out"\nefficiency_every = 0\n')
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "galvatron_fx.cli", "train", "--config", "run.toml", *a],  # noqa: E731
-                                    cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    run = lambda *a: _train_alone(tmp_path, *a)  # noqa: E731
     proc = run()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step-3", "step-4"]  # keep = 2
