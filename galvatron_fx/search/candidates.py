@@ -46,7 +46,9 @@ import contextvars
 import dataclasses
 import itertools
 import logging
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -67,6 +69,7 @@ from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.passes.segment_layers import kind_hash
 from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.search.intra_layer import solve_intra_layer
+from galvatron_fx.search.placement_ilp import solver_job
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
 
@@ -145,6 +148,7 @@ class OptionCache:
     _inputs: dict = field(default_factory=dict)
     _fqns: dict = field(default_factory=dict)
     _twin: dict = field(default_factory=dict)
+    _batched: set = field(default_factory=set)  # (tp, sp) solved for every kind at once
 
     @classmethod
     def for_search(cls, mg: ModelGraph, cost_model: CostModel, *, vocab_parallel: bool = True,
@@ -190,13 +194,21 @@ class OptionCache:
             self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
         return self.decomposed[layer.kind]
 
+    def _shape_of(self, layer: LayerInfo):
+        """The decomposed layer of ``layer``'s twin (:meth:`_twins`): the same nodes, inputs and
+        shapes, only float constants differ, so where an option's placements are read against
+        the graph's structure (batch rows, stored shares) one decomposition per twin does."""
+        twin = self._twins().get(layer.kind, layer.kind)
+        root = next((l for l in self.mg.layers if l.kind == twin), layer)
+        return self._decomposed(root)
+
     def splits_evenly(self, layer: LayerInfo, option: LayerOption, local: int, captured_batch: int) -> bool:
         """Whether every dim 0 ``option`` shards on tp, of a value that grows with the batch
         (its size at the captured batch scaled to ``local`` samples of a dp rank, which takes
         dim 0 first), still splits evenly over tp."""
         key = ("rows", id(option))
         if key not in self._shares:
-            dl = self._decomposed(layer)
+            dl = self._shape_of(layer)
             fixed = param_values(dl)
             by_name = {n.name: n for n in dl.gm.graph.nodes}
             rows = set()
@@ -221,9 +233,7 @@ class OptionCache:
             return {}
         key = (layer.name, id(option))
         if key not in self._shares:
-            if layer.kind not in self.decomposed:
-                self.decomposed[layer.kind] = decompose_layer(self.mg, layer)
-            dl = self.decomposed[layer.kind]
+            dl = self._shape_of(layer)
             if layer.name not in self._inputs:
                 self._inputs[layer.name] = [a.name for a in self.mg.layer_inputs(layer)]
             fqn_of = self._fqn_of()
@@ -261,12 +271,22 @@ class OptionCache:
         key = (layer.kind, tp, sp)
         if key in self.options:
             return self.options[key]
+        if tp > 1 and (tp, sp) not in self._batched:
+            self._batched.add((tp, sp))
+            self._solve_concurrently(tp, sp)
+            if key in self.options:
+                return self.options[key]
         # a kind that differs from one solved only in float constants (a drop probability) takes
         # its solution: the placements name the same decomposed nodes and price the same work
         twin = self._twins().get(layer.kind)
         if twin is not None and twin != layer.kind and (twin, tp, sp) in self.options:
             self.options[key] = [dataclasses.replace(o, kind=layer.kind) for o in self.options[(twin, tp, sp)]]
             return self.options[key]
+        self.options[key] = self._solve_options(layer, tp, sp)
+        return self.options[key]
+
+    def _solve_options(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
+        """:meth:`option_list`'s options of one layer, solved (empty when it cannot use (tp, sp))."""
         opts: list[LayerOption] = []
         if tp > 1:
             try:
@@ -280,8 +300,34 @@ class OptionCache:
             except Exception as e:  # an op without sharding rules: this layer stays unsharded
                 log.info("layer %s cannot use tp=%d sp=%s: %s", layer.name, tp, sp, e)
                 opts = []
-        self.options[key] = opts
         return opts
+
+    def _solve_concurrently(self, tp: int, sp: SPMode) -> None:
+        """Solve (tp, sp) for every layer kind that may use it (one per kind and its twins; sequence
+        parallelism only for blocks, as :func:`layer_choices` asks) at once, on as many threads as
+        this process has cores: the solver runs in parallel, the Python work in turn
+        (:func:`~galvatron_fx.search.placement_ilp.solver_job`). The same options as one by one."""
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        twins = self._twins()
+        todo = [layer for layer in self.mg.layers if twins[layer.kind] == layer.kind
+                and (layer.kind, tp, sp) not in self.options and (sp == SPMode.NONE or layer.role == LayerRole.BLOCK)]
+        todo = list({layer.kind: layer for layer in reversed(todo)}.values())[::-1]  # one per kind
+        if workers < 2 or len(todo) < 2:
+            return
+        for layer in todo:  # tracing stays on this thread
+            try:
+                self._decomposed(layer)
+            except Exception:  # noqa: BLE001 (the layer's own solve says why)
+                pass
+
+        def job(layer: LayerInfo) -> list[LayerOption]:
+            with solver_job():
+                return self._solve_options(layer, tp, sp)
+
+        with ThreadPoolExecutor(min(workers, len(todo))) as pool:
+            futures = [(layer, pool.submit(contextvars.copy_context().run, job, layer)) for layer in todo]
+            for layer, fut in futures:
+                self.options[(layer.kind, tp, sp)] = fut.result()
 
     def _solved(self, layer: LayerInfo, dl, tp: int, sp: SPMode, boundary: dict) -> list[LayerOption]:
         """The fastest and (where it differs) the memory-lean option at one boundary layout."""

@@ -8,10 +8,20 @@ get one strategy between them. A layer that unrolls a loop (Mamba's selective sc
 steps of the same few ops) then has one set of variables per step's op, not per op: the tied
 ILP is exact for the assignment it returns (each node, edge and value keeps its own cost),
 it only leaves out assignments that treat alike nodes differently.
+
+A view hands its consumers' partial gradient on to its producer (rather than summing it). In a
+problem of more than :data:`SPLIT_ABOVE` edge products that is modelled by two copies of each of
+its pass-through strategies, one that hands a partial gradient on and one that hands none back
+(:func:`_split_pass_through`): every term is then a pair of strategies and the relaxation stays
+tight (a T5 block at tp 8: 0.4 s instead of 8–12 s). Smaller problems keep a variable per view
+and the same optimum (equal-cost assignments may differ between the two models).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -26,6 +36,25 @@ from galvatron_fx.search.node_strategies import NodeStrategy
 
 TIE_ABOVE = 20_000  # edge products above which alike nodes are tied
 TIE_ROUNDS = 3
+SPLIT_ABOVE = 1_000  # edge products above which views' pass-through strategies are split
+
+# concurrent solves (:func:`solver_job`): a job's own Python work holds this lock, the solver
+# releases it while it runs (HiGHS releases the GIL), so several layers' ILPs solve at once
+_JOB_LOCK = threading.Lock()
+_in_job = threading.local()
+
+
+@contextlib.contextmanager
+def solver_job():
+    """Run one of several concurrent jobs that solve placement ILPs: everything but the
+    solver's own run is serialised with the other jobs (nothing in the Python work needs to be
+    thread-safe), the solver runs concurrently with theirs."""
+    with _JOB_LOCK:
+        _in_job.on = True
+        try:
+            yield
+        finally:
+            _in_job.on = False
 
 
 def _collective(src: Placement, dst: Placement) -> str | None:
@@ -80,8 +109,16 @@ class _Model:
         a = coo_matrix((vals, (rows, cols)), shape=(len(self.rows), n)).tocsr()
         # costs in microseconds: in seconds, gaps of 1e-8 (a small collective) fall under the
         # solver's optimality tolerances and it stops at a worse assignment
-        res = milp(np.asarray(self.cost) * 1e6, constraints=LinearConstraint(a, lo, hi),
-                   integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
+        args = dict(constraints=LinearConstraint(a, lo, hi), integrality=np.ones(n), bounds=Bounds(0, 1),
+                    options={"time_limit": 60})
+        if getattr(_in_job, "on", False):  # let the other jobs' Python work run meanwhile
+            _JOB_LOCK.release()
+            try:
+                res = milp(np.asarray(self.cost) * 1e6, **args)
+            finally:
+                _JOB_LOCK.acquire()
+        else:
+            res = milp(np.asarray(self.cost) * 1e6, **args)
         if res.x is None:
             raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")
         return np.round(res.x).astype(int)
@@ -175,14 +212,62 @@ def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, 
     return total, events
 
 
+@dataclass(frozen=True)
+class _PassThrough(NodeStrategy):
+    """A view's replicated strategy that hands its consumers' partial gradient on to its producer
+    (``partial``) or hands back none of its own (the ILP's copy of a pass-through strategy)."""
+
+    partial: bool = False
+
+    def grad_of_input(self, k: int) -> Placement | None:
+        return Partial() if self.partial and self.inputs[k] is not None else None
+
+
+def _split_pass_through(pr: PlacementProblem) -> tuple[PlacementProblem, dict[str, list[int]]]:
+    """``pr`` with each pass-through strategy of a view split in two: handing a partial gradient
+    on, or none. The choice becomes a property of the strategy, so that "a consumer hands the view
+    a partial gradient" is a pair of strategies the ILP forbids (the view's no-partial copy with a
+    consumer that hands one) rather than a product of three variables, whose linearisation is weak
+    (its LP bound left the solver seconds of branching on a 4k-variable layer). Returns the split
+    problem and, per node, the original index of each of its strategies."""
+    strategies: dict[str, list[NodeStrategy]] = {}
+    back: dict[str, list[int]] = {}
+    compute: dict[str, list[float]] = {}
+    inner: dict[str, list] = {}
+    forbidden: set[tuple[str, int]] = set()
+    for n in pr.nodes:
+        ss, idx = [], []
+        for i, s in enumerate(pr.strategies[n]):
+            if pr.passes(n, s):
+                copies = [_PassThrough(s.inputs, s.outputs, False), _PassThrough(s.inputs, s.outputs, True)]
+            else:
+                copies = [s]
+            for c in copies:
+                if (n, i) in pr.forbidden:
+                    forbidden.add((n, len(ss)))
+                ss.append(c)
+                idx.append(i)
+        strategies[n], back[n] = ss, idx
+        compute[n] = [pr.compute_s[n][i] for i in idx]
+        if n in pr.inner:
+            inner[n] = [pr.inner[n][i] for i in idx]
+    split = dataclasses.replace(pr, strategies=strategies, compute_s=compute, forbidden=forbidden, inner=inner)
+    return split, back
+
+
 def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, int]:
     """Solve the ILP of :mod:`~galvatron_fx.search.intra_layer` on ``problem``: (choice per node,
     objective, #variables). A problem of more than :data:`TIE_ABOVE` edge products is solved with
     its alike nodes tied (:func:`alike_nodes`): exact for the assignment it returns, and far
-    smaller where a layer repeats a step (an unrolled scan)."""
-    pr = problem
+    smaller where a layer repeats a step (an unrolled scan). A view's pass-through strategies
+    are split first (:func:`_split_pass_through`): the same optimum, a tighter model."""
+    products = _edge_products(problem)
+    if products > SPLIT_ABOVE:
+        pr, back = _split_pass_through(problem)
+    else:
+        pr, back = problem, {n: list(range(len(s))) for n, s in problem.strategies.items()}
     m = _Model()
-    tie = alike_nodes(pr) if _edge_products(pr) > TIE_ABOVE else None
+    tie = alike_nodes(pr) if products > TIE_ABOVE else None
     if tie is None:
         x = {n: [m.var(c + pr.inner_s(n, i)) for i, c in enumerate(pr.compute_s[n])] for n in pr.nodes}
         heads = pr.nodes
@@ -198,8 +283,9 @@ def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, i
     for n, i in sorted(pr.forbidden):
         if tie is None or tie[n] == n:
             m.row({x[n][i]: 1.0}, 0, 0)
-    gp = {(n, 0): m.var(0.0) for n in heads if n in pr.view_like}
-    if tie is not None:
+    # unsplit, a view's "hands a partial gradient on" is a variable of its own
+    gp = {(n, 0): m.var(0.0) for n in heads if n in pr.view_like and pr is problem}
+    if tie is not None and gp:
         gp.update({(n, 0): gp[(tie[n], 0)] for n in pr.nodes if n in pr.view_like})
     pair_memo: dict[tuple[str, str], list[list[int]]] = {}
 
@@ -213,56 +299,76 @@ def solve_placement(problem: PlacementProblem) -> tuple[dict[str, int], float, i
 
     done: dict[tuple, list[tuple]] = {}  # tied: a value alike to one seen has its terms again
     charged: dict[tuple, int] = {}
+    slots: dict[tuple[str, int], list] = {}
     for v in pr.values:
         key = None if tie is None else (tie[v.producer], v.index, v.nbytes, v.ndim, v.has_grad,
                                         tuple((tie[n], k) for n, k in v.consumers))
         terms = done.get(key) if key is not None else None
         if terms is None:
-            terms = _value_terms(pr, v, pairs_of, gp)
+            terms = _value_terms(pr, v, pairs_of, slots, gp)
             if key is not None:
                 done[key] = terms
         for t in terms:
             if t[0] == "charge":
                 _charge(m, t[1], t[2], charged if tie is not None else None)
-            else:
+            elif t[0] == "at_least":
                 _at_least(m, *t[1:], seen=charged if tie is not None else None)
+            elif ("never", t[1]) not in charged:
+                charged[("never", t[1])] = 1
+                m.row({t[1]: 1.0}, 0, 0)
     sol = m.solve()
-    choice = {n: next(i for i, var in enumerate(vs) if sol[var]) for n, vs in x.items()}
+    choice = {n: back[n][next(i for i, var in enumerate(vs) if sol[var])] for n, vs in x.items()}
     return choice, float(np.dot(np.asarray(m.cost), sol)), len(m.cost)
 
 
-def _value_terms(pr: PlacementProblem, v: _Value, pairs_of, gp: dict[tuple[str, int], int]) -> list[tuple]:
-    """The objective's terms of one value: ``("charge", [(pair var, condition)], seconds)`` and
-    ``("at_least", var, pair var, condition)`` (its product variables made by ``pairs_of``)."""
+def _value_terms(pr: PlacementProblem, v: _Value, pairs_of, slots: dict, gp: dict[tuple[str, int], int]) -> list[tuple]:
+    """The objective's terms of one value: ``("charge", [(pair var, condition)], seconds)``,
+    ``("at_least", var, pair var, condition)`` (an unsplit view handing a partial gradient on:
+    ``gp``'s variables) and ``("never", pair var)`` (split: a partial gradient handed to a view's
+    copy that hands none on); its product variables are made by ``pairs_of``. ``slots`` caches
+    each (node, input slot)'s placement and gradient per strategy."""
     out: list[tuple] = []
     pairs = {(n, k): pairs_of(v.producer, n) for n, k in v.consumers}  # _add_edge_constraints
+    reads = []
+    for n, k in v.consumers:
+        if (n, k) not in slots:
+            slot = []
+            for sb in pr.strategies[n]:
+                dst = sb.inputs[k] if k < len(sb.inputs) else None
+                if dst is None:
+                    slot.append((None, None, None))
+                elif gp and pr.passes(n, sb):  # partial only if the view's output is
+                    slot.append((dst, Partial(), gp[(n, 0)]))
+                else:
+                    slot.append((dst, sb.grad_of_input(k), None))
+            slots[(n, k)] = slot
+        reads.append((pairs[(n, k)], slots[(n, k)], v.has_grad and n not in pr.no_grad))
     for ia, sa in enumerate(pr.strategies[v.producer]):
         src = sa.outputs[v.index]
         if src is None:
             continue
-        need_fwd: dict[str, list[int]] = defaultdict(list)
-        need_bwd: dict[str, list[tuple[int, int | None]]] = defaultdict(list)
-        for n, k in v.consumers:
-            for ib, sb in enumerate(pr.strategies[n]):
-                pv = pairs[(n, k)][ia][ib]
-                dst = sb.inputs[k] if k < len(sb.inputs) else None
-                if dst is not None and dst != src and not isinstance(dst, Partial):
-                    need_fwd[pstr(dst)].append(pv)
-                if not v.has_grad or dst is None or n in pr.no_grad:
+        need_fwd: dict[Placement, list[tuple[int, int | None]]] = {}
+        need_bwd: dict[Placement, list[tuple[int, int | None]]] = {}
+        for pair, slot, grads in reads:
+            row = pair[ia]
+            for ib, (dst, g, cond) in enumerate(slot):
+                if dst is None:
                     continue
-                if pr.passes(n, sb):
-                    need_bwd["P"].append((pv, gp[(n, 0)]))  # partial only if the view's output is
-                elif (g := sb.grad_of_input(k)) is not None:
-                    need_bwd[pstr(g)].append((pv, None))
-        for key, pvs in need_fwd.items():
-            t = pr.reshard_s(src, parse_placement(key), v.nbytes, v.ndim)
-            out.append(("charge", [(pv, None) for pv in pvs], t))
+                if dst != src and not isinstance(dst, Partial):
+                    need_fwd.setdefault(dst, []).append((row[ib], None))
+                if grads and g is not None:
+                    need_bwd.setdefault(g, []).append((row[ib], cond))
+        for dst, pvs in need_fwd.items():
+            out.append(("charge", pvs, pr.reshard_s(src, dst, v.nbytes, v.ndim)))
         want = _dual(src)
-        for key, pvs in need_bwd.items():  # _add_grad_constraints
-            g = parse_placement(key)
+        for g, pvs in need_bwd.items():  # _add_grad_constraints
             if g == want:
                 continue
-            if isinstance(g, Partial) and pr.passes(v.producer, sa):
+            if isinstance(g, Partial) and isinstance(sa, _PassThrough):
+                if not sa.partial:  # a partial gradient reaches a view that hands none on
+                    out += [("never", pv) for pv, _ in pvs]
+                continue  # else handed on to this view's producer
+            if isinstance(g, Partial) and gp and pr.passes(v.producer, sa):
                 for pv, cond in pvs:  # hand the partial gradient on: gp[v] >= pv (AND cond)
                     out.append(("at_least", gp[(v.producer, v.index)], pv, cond))
                 continue

@@ -62,7 +62,12 @@ def _layouts(src, dst):
     return Layout((4,), (src,)), Layout((4,), (dst,))
 
 
-def test_ilp_equals_brute_force_on_random_graphs(cost_model):
+@pytest.mark.parametrize("split", [False, True])
+def test_ilp_equals_brute_force_on_random_graphs(cost_model, monkeypatch, split):
+    from galvatron_fx.search import placement_ilp
+
+    # views' pass-through strategies split in two (large problems) or one variable per view
+    monkeypatch.setattr(placement_ilp, "SPLIT_ABOVE", -1 if split else 10**12)
     rng = random.Random(0)
     checked = 0
     for _ in range(150):
@@ -174,10 +179,12 @@ def test_ulysses_moves_the_sequence_split_to_heads_around_attention(cost_model, 
 
 # ---- alike nodes tied (large layers) -------------------------------------------------------
 
-def test_tied_ilp_is_exact_for_what_it_returns(cost_model, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_tied_ilp_is_exact_for_what_it_returns(cost_model, monkeypatch, split):
     from galvatron_fx.search import placement_ilp
 
     monkeypatch.setattr(placement_ilp, "TIE_ABOVE", -1)  # tie every problem
+    monkeypatch.setattr(placement_ilp, "SPLIT_ABOVE", -1 if split else 10**12)
     rng = random.Random(1)
     for _ in range(60):
         pr = _random_problem(rng, cost_model)
@@ -247,3 +254,50 @@ def test_an_unrolled_loop_is_solved_with_its_steps_tied(monkeypatch):
     assert tied_vars < 0.6 * n_vars
     assert tied_objective == pytest.approx(objective, rel=1e-6)
     assert evaluate(pr, tied_choice)[0] == pytest.approx(tied_objective, rel=1e-7)
+
+
+def test_partial_gradients_through_views_keep_the_ilp_fast(cost_model):
+    """T5's decoder block at tp 8 (12 heads: no head split, so many near-equal placements): a
+    view handing a partial gradient on was a product of three variables whose weak relaxation
+    left the solver 8–12 s of branching per problem; with each pass-through strategy split in
+    two (:func:`placement_ilp._split_pass_through`) the same optimum takes well under a second."""
+    import torch
+    import transformers as T
+
+    cfg = T.T5Config(d_model=768, d_ff=3072, num_layers=2, num_heads=12, decoder_start_token_id=0,
+                     pad_token_id=0, use_cache=False)
+    with torch.device("meta"):
+        model = T.T5ForConditionalGeneration(cfg)
+    model.train()
+    ids = torch.zeros(1, 512, dtype=torch.long, device="meta")
+    mg = gfx.capture(model, (), example_kwargs={"input_ids": ids, "labels": ids})
+    layer = next(l for l in mg.blocks() if l.name == "decoder.block.0")
+    opt = solve_intra_layer(mg, layer, 8, "none", cost_model, shard_params=True)  # the objective is checked
+    assert opt.num_variables > 4000
+    assert opt.solve_s < 3.0
+
+
+@pytest.mark.parametrize("sp", ["none", "megatron"])
+def test_every_kind_solved_at_once_gives_the_options_of_one_by_one(cost_model, monkeypatch, sp):
+    """The option cache solves a (tp, sp) for every layer kind at once on several threads (the
+    solver runs concurrently, the Python work in turn): the same options as solving each kind
+    alone, for every layer, twins included."""
+    import os
+
+    from galvatron_fx.ir.strategy import SPMode
+    from galvatron_fx.search.candidates import OptionCache
+
+    model, inputs = zoo.build("t5-base", batch_size=2, seq_len=64, device="meta", overrides={"n_layers": 2})
+    mg = gfx.capture(model, inputs)
+    sp = SPMode(sp)
+
+    def options(cores: int):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+        cache = OptionCache(mg, cost_model)
+        got = {layer.name: [(o.placements, o.objective_s) for o in cache.option_list(layer, 2, sp)]
+               for layer in mg.layers}
+        return got, cache.solves
+
+    (alone, n_alone), (together, n_together) = options(1), options(2)
+    assert together == alone
+    assert n_together == n_alone and sum(1 for v in alone.values() if v) >= 3
