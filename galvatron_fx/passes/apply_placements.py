@@ -60,6 +60,7 @@ __all__ = ["HIDDEN_WRITES", "IGNORED", "PlacedLayer", "Trace", "apply_placements
 log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
+_VIEWS = {aten.view.default, aten._unsafe_view.default}  # views the runtime may have to copy (see _run)
 IGNORED = {aten._assert_tensor_metadata.default}
 R = Replicate()
 
@@ -352,6 +353,13 @@ class PlacedLayer:
                 if "sharding strategy" not in str(e):
                     raise
                 out = _run_replicated(n, args, kwargs, self.mesh)
+            except (RuntimeError, ValueError) as e:  # (after NotImplementedError, a RuntimeError)
+                if n.target not in _VIEWS or "view" not in str(e):
+                    raise
+                # the local tensor is laid out otherwise than the graph was traced with (DTensor's
+                # kernels and redistributions keep their own memory layouts): the same values as a
+                # copy that the view can read
+                out = n.target(aten.clone.default(args[0], memory_format=torch.contiguous_format), *args[1:], **kwargs)
         got = [o.placements[1] if isinstance(o, DTensor) else None
                for o in (out if isinstance(out, (tuple, list)) else [out])]
         for g, w in zip(got, want_out):
