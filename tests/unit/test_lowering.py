@@ -477,3 +477,33 @@ def test_only_an_exact_count_over_the_dp_group_of_one_input_is_folded(case):
     whole = torch.randint(0, 3, (8, 8))
     (count,) = gm(whole[:4], whole[:4], whole)
     assert count.dtype == torch.float32 and count.item() == (whole != 0).sum().item()
+
+
+def test_a_view_of_a_value_laid_out_otherwise_at_run_time_lowers(tmp_path):
+    """HF GPT-2's attention output is traced laid out so that its transpose → view is viewable;
+    under this plan (tp 2 everywhere, a vocab-parallel loss on latency-free links) DTensor hands
+    the value over in another memory layout, which the view cannot read. The view then reads a
+    contiguous copy: the layer lowers (it failed with ``Cannot view a tensor with shape ...``)
+    and its program matches the plan."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    import hf_tiny
+    from galvatron_fx.cost_models import AnalyticCostModel
+
+    model, batch = hf_tiny.build("gpt2")
+
+    def loss_fn(out, target):
+        return F.cross_entropy(out.logits.flatten(0, 1), target.flatten())
+
+    ids = batch["input_ids"]
+    cluster = gfx.Cluster.local_cpu(2, cache_dir=tmp_path)  # no profile of this machine: the same everywhere
+    cluster = dataclasses.replace(cluster, intra_node=dataclasses.replace(cluster.intra_node, latency_s=0.0))
+    mg = gfx.capture(model, (ids, ids.roll(-1, 1)), loss_fn=loss_fn)
+    plan = gfx.plan(mg, cluster, global_batch_size=4, search={"pp": (1,), "tp": (2,)},
+                    cost_model=AnalyticCostModel(cluster))
+    assert all(lp.strategy.tp == 2 for lp in plan.layers)
+    prog = lower(mg, plan)
+    assert [ll.name for ll in prog.layers] == [lp.name for lp in plan.layers]
+    assert all(ll.graphs.fw is not None for ll in prog.layers)
