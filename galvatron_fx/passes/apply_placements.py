@@ -353,7 +353,7 @@ class PlacedLayer:
                 if "sharding strategy" not in str(e):
                     raise
                 out = _run_replicated(n, args, kwargs, self.mesh)
-            except (RuntimeError, ValueError) as e:  # (after NotImplementedError, a RuntimeError)
+            except (RuntimeError, ValueError) as e:  # NotImplementedError, a RuntimeError, is handled above
                 if n.target not in _VIEWS or "view" not in str(e):
                     raise
                 # the local tensor is laid out otherwise than the graph was traced with (DTensor's

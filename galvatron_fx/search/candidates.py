@@ -68,8 +68,8 @@ from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.placement_ilp import solver_job
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
-from galvatron_fx.search.choice_costs import (_at, _bucket_share_s, _comm_s, _ddp_wire, _fsdp_comm_s, _optimizer_s,
-                                              _slowest)
+from galvatron_fx.search.choice_costs import (at_rank, bucket_share_s, comm_s, ddp_wire, fsdp_comm_s, optimizer_s,
+                                              slowest)
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
 
 log = logging.getLogger(__name__)
@@ -313,17 +313,20 @@ class OptionCache:
         todo = list({layer.kind: layer for layer in reversed(todo)}.values())[::-1]  # one per kind
         if workers < 2 or len(todo) < 2:
             return
+        traced = []
         for layer in todo:  # tracing stays on this thread
             try:
                 self._decomposed(layer)
-            except Exception:  # noqa: BLE001 (the layer's own solve says why)
-                pass
+            except Exception:  # noqa: BLE001 (left to option_list, which solves it alone and logs why)
+                continue
+            traced.append(layer)
+        todo = traced
 
         def job(layer: LayerInfo) -> list[LayerOption]:
             with solver_job():
                 return self._solve_options(layer, tp, sp)
 
-        with ThreadPoolExecutor(min(workers, len(todo))) as pool:
+        with ThreadPoolExecutor(max(1, min(workers, len(todo)))) as pool:
             futures = [(layer, pool.submit(contextvars.copy_context().run, job, layer)) for layer in todo]
             for layer, fut in futures:
                 self.options[(layer.kind, tp, sp)] = fut.result()
@@ -448,13 +451,13 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
 
     # DDP: per owned parameter, last first (the runtime's order), its stored bytes (which decide the
     # buckets) and what it puts on the wire (grad_sync.wire_entry)
-    wires = [_ddp_wire(cm, p, shares.get(p.name, pf), gc, grad_size) for p in reversed(owned)]
+    wires = [ddp_wire(cm, p, shares.get(p.name, pf), gc, grad_size) for p in reversed(owned)]
     gather_bytes, reduce_bytes = dp_bytes(params, gather_size), dp_bytes(params, reduce_size)
     grad_bytes = sum(w[1] + w[2] + w[3] for w in wires)
     # PowerSGD's error feedback keeps one more fp32 copy of each compressed gradient, and its Q
     feedback_bytes = sum(w[0] + w[3] for w in wires if w[2] > 0)
     # a stage spanning device kinds runs at its slowest member's pace (data parallelism waits for it)
-    rank, (fwd0, bwd0) = _slowest(cm, mg, layer, frac, ranks)
+    rank, (fwd0, bwd0) = slowest(cm, mg, layer, frac, ranks)
     dp_ranks = list(ranks[::tp])[:dp]
     tp_ranks = list(range(tp))
     saved = layer.costs.activation_bytes
@@ -469,12 +472,12 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     # be: they always keep their activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS or layer.kind in stateful_kinds(mg) else space.recompute
     for rc in rcs:
-        _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc, **_at(rank)) if rc != Recompute.NONE \
+        _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc, **at_rank(rank)) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share
         trace = lowered
         events = trace.comm if trace is not None else (opt.comm if opt is not None else ())
-        tp_comm = _comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
+        tp_comm = comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
                           compute_s={"fwd": fwd_s, "bwd": bwd_s})
         # the backward's transient: lowered, or the captured layer's own (its tp share)
         temp = trace.bwd_transient_bytes if trace is not None else layer.costs.bwd_transient_bytes * af
@@ -482,7 +485,7 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
         # a loss's own data-parallel collectives (lowered at dp = 2: per-sample bytes scale from there)
         dp_events = [CommEvent(e.direction, e.value, e.collective, int(e.nbytes * 2 * frac) if e.per_sample
                                else e.nbytes, 0.0, per_sample=False) for e in cache.dp_events(layer)] if dp > 1 else []
-        tp_comm += _comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
+        tp_comm += comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
                            compute_s={"fwd": fwd_s, "bwd": bwd_s}) if dp_events else 0.0
         tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE, axis="dp")
         for dpt, offload in itertools.product(space.dp_types, offloads):
@@ -503,13 +506,13 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
             if sharded:
                 # FSDP shards and gathers every copy a layer keeps (a tied weight's too); offloaded
                 # shards are copied in before each gather and out after each reduce-scatter
-                comm = _fsdp_comm_s(cm, dpt, gather_bytes, reduce_bytes, dp_ranks, m, compute_s=fwd_s + bwd_s)
+                comm = fsdp_comm_s(cm, dpt, gather_bytes, reduce_bytes, dp_ranks, m, compute_s=fwd_s + bwd_s)
                 comm += off.overlappable_s if off else 0.0
                 dp_comm = cm.exposed_fsdp_s(m * (fwd_s + bwd_s), comm) if comm > 0 else 0.0
             else:
-                share_s = _bucket_share_s(cm, wires, dp_ranks)
+                share_s = bucket_share_s(cm, wires, dp_ranks)
                 dp_comm = max(0.0, cm.overlapped_s(bwd_s * m, share_s) - bwd_s * m)
-            optim = off.exposed_s if off else _optimizer_s(cm, int(local_numel), len(params), dtensor=sharded,
+            optim = off.exposed_s if off else optimizer_s(cm, int(local_numel), len(params), dtensor=sharded,
                                                            rank=rank)
             out.append(LayerChoice(
                 strategy=strategy, dp=dp, fwd_s=fwd_s, bwd_s=bwd_s, tp_comm_s=tp_comm,

@@ -15,7 +15,7 @@ from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.strategy import DPType
 
 
-def _comm_s(cm: CostModel, events, frac: float, ranks: list[int], *, again_fwd: bool,
+def comm_s(cm: CostModel, events, frac: float, ranks: list[int], *, again_fwd: bool,
             compute_s: dict[str, float]) -> float:
     """Seconds per micro-batch of a layer's collectives at ``frac`` of the captured batch (a
     parameter's own at its size), each after its share of the forward's or backward's compute
@@ -36,20 +36,20 @@ def _comm_s(cm: CostModel, events, frac: float, ranks: list[int], *, again_fwd: 
     return total
 
 
-def _optimizer_s(cm: CostModel, numel: int, tensors: int, *, dtensor: bool, rank: int = 0) -> float:
+def optimizer_s(cm: CostModel, numel: int, tensors: int, *, dtensor: bool, rank: int = 0) -> float:
     step = getattr(cm, "optimizer_step_s", None)  # optional for cost models written before it
     if step is None or tensors <= 0:
         return 0.0
-    return step(numel, tensors, dtensor=dtensor, **_at(rank))
+    return step(numel, tensors, dtensor=dtensor, **at_rank(rank))
 
 
-def _at(rank: int) -> dict:
+def at_rank(rank: int) -> dict:
     """``rank=`` for a cost model's call where it is not rank 0 (the default, which cost models
     written for clusters of one kind may not take as an argument)."""
     return {"rank": rank} if rank else {}
 
 
-def _slowest(cm: CostModel, mg: ModelGraph, layer: LayerInfo, frac: float, ranks: Sequence[int]
+def slowest(cm: CostModel, mg: ModelGraph, layer: LayerInfo, frac: float, ranks: Sequence[int]
              ) -> tuple[int, tuple[float, float]]:
     """The rank of ``ranks`` whose device runs ``layer`` slowest, and its (forward, backward)
     seconds: one rank per device kind is asked (a cluster of one kind: the first rank only)."""
@@ -63,7 +63,7 @@ def _slowest(cm: CostModel, mg: ModelGraph, layer: LayerInfo, frac: float, ranks
     return max(timed, key=lambda x: sum(x[1]))
 
 
-def _ddp_wire(cm: CostModel, p, share: float, gc: GradComm, grad_size: int | None) -> tuple[int, int, int, int, float]:
+def ddp_wire(cm: CostModel, p, share: float, gc: GradComm, grad_size: int | None) -> tuple[int, int, int, int, float]:
     """``(stored bytes, wire bytes, P bytes, Q bytes, compute s)`` of one DDP parameter's local
     gradient (:func:`~galvatron_fx.cost_models.grad_sync.wire_entry`); a tensor-parallel shard
     (``share`` < 1) is taken as split on its first dim."""
@@ -77,7 +77,7 @@ def _ddp_wire(cm: CostModel, p, share: float, gc: GradComm, grad_size: int | Non
     return nbytes, wire, pb, qb, extra
 
 
-def _bucket_share_s(cm: CostModel, wires: Sequence[tuple], ranks: list[int]) -> float:
+def bucket_share_s(cm: CostModel, wires: Sequence[tuple], ranks: list[int]) -> float:
     """A DDP layer's share of its group's bucketed all-reduces: the all-reduce of its wire bytes
     (each round of PowerSGD's factors too) less that of one byte (the per-collective latency is
     paid per bucket, by the stage), plus PowerSGD's compute."""
@@ -92,7 +92,7 @@ def _bucket_share_s(cm: CostModel, wires: Sequence[tuple], ranks: list[int]) -> 
     return total
 
 
-def _fsdp_comm_s(cm: CostModel, dpt: DPType, gather_bytes: int, reduce_bytes: int, ranks: list[int], m: int, *,
+def fsdp_comm_s(cm: CostModel, dpt: DPType, gather_bytes: int, reduce_bytes: int, ranks: list[int], m: int, *,
                  compute_s: float) -> float:
     """Seconds per step of FSDP's collectives for parameters of ``gather_bytes`` (gradients of
     ``reduce_bytes``): per micro-batch a reduce-scatter of the gradients, and one all-gather of

@@ -112,7 +112,7 @@ def _record(phase: str, op: str, group_size: int, nbytes: int, axis: str) -> dic
 
 
 def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str = "tp") -> tuple[dict, ...]:
-    """The tensor-parallel collectives priced per micro-batch (see :func:`galvatron_fx.search.choice_costs._comm_s`); a
+    """The tensor-parallel collectives priced per micro-batch (see :func:`galvatron_fx.search.choice_costs.comm_s`); a
     recomputed forward's again, in backward; ``axis``: the mesh axis they run on (a loss's own
     data-parallel reductions: ``"dp"``)."""
     out = []
@@ -125,7 +125,7 @@ def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str =
 
 
 def dp_collective_records(dpt: DPType, dp: int, gather_bytes: int, reduce_bytes: int, grad_bytes: int) -> tuple[dict, ...]:
-    """The data-parallel collectives priced: FSDP's per micro-batch (:func:`galvatron_fx.search.choice_costs._fsdp_comm_s`), or
+    """The data-parallel collectives priced: FSDP's per micro-batch (:func:`galvatron_fx.search.choice_costs.fsdp_comm_s`), or
     a DDP layer's gradients in the stage's buckets once per step."""
     if dp <= 1:
         return ()

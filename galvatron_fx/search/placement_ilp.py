@@ -57,6 +57,20 @@ def solver_job():
             _in_job.on = False
 
 
+@contextlib.contextmanager
+def _others_run():
+    """Inside a :func:`solver_job`, the lock is free while the solver runs: the other jobs'
+    Python work goes on meanwhile."""
+    if not getattr(_in_job, "on", False):
+        yield
+        return
+    _JOB_LOCK.release()
+    try:
+        yield
+    finally:
+        _JOB_LOCK.acquire()
+
+
 def _collective(src: Placement, dst: Placement) -> str | None:
     if src == dst:
         return None
@@ -109,16 +123,9 @@ class _Model:
         a = coo_matrix((vals, (rows, cols)), shape=(len(self.rows), n)).tocsr()
         # costs in microseconds: in seconds, gaps of 1e-8 (a small collective) fall under the
         # solver's optimality tolerances and it stops at a worse assignment
-        args = dict(constraints=LinearConstraint(a, lo, hi), integrality=np.ones(n), bounds=Bounds(0, 1),
-                    options={"time_limit": 60})
-        if getattr(_in_job, "on", False):  # let the other jobs' Python work run meanwhile
-            _JOB_LOCK.release()
-            try:
-                res = milp(np.asarray(self.cost) * 1e6, **args)
-            finally:
-                _JOB_LOCK.acquire()
-        else:
-            res = milp(np.asarray(self.cost) * 1e6, **args)
+        with _others_run():
+            res = milp(np.asarray(self.cost) * 1e6, constraints=LinearConstraint(a, lo, hi),
+                       integrality=np.ones(n), bounds=Bounds(0, 1), options={"time_limit": 60})
         if res.x is None:
             raise PlanError(f"the intra-layer placement ILP found no solution ({res.message})")
         return np.round(res.x).astype(int)
