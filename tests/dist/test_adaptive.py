@@ -7,8 +7,8 @@ wrong cluster gets another plan, one the correct model prices worse; after warm-
 few steps, refits the link rates alone (``fit=("links",)``: compute is priced alike in both
 models, so the link is what was wrong) and re-plans. It must switch, in place, every rank to the
 same plan, its losses — before, across and after the switch — equal to an uninterrupted
-single-process run's within fp32 rounding; the refitted bandwidth must be the measured one to
-within the load's noise (not 100× off), and the new plan the one the model with the link as the
+single-process run's within fp32 rounding; the refitted link's time for the largest probe must be
+the measured one's to within the load's noise (not 100× off), and the new plan the one the model with the link as the
 refit measured it picks (its latency and bandwidth, timed again under four busy ranks on two
 cores, can be several times the spawn's first measure: which plan is right moves with them).
 ``compile(adapt=True)`` does the same by itself, but refits compute and the optimizer too, so its
@@ -24,6 +24,8 @@ import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
 
 import hf_tiny
+
+from galvatron_fx.runtime.observe import LINK_PROBE_BYTES
 
 LOSS_TOL = 2e-5  # |loss − one process's|, fp32 (sums in another order)
 SLOW = 100.0
@@ -285,9 +287,14 @@ def _check_wrong_link(res: dict) -> None:
         assert x["first"] != x["correct"], "the 100× slow link should give another first plan"
         assert x["first_s"] > 1.1 * x["correct_s"], x  # ... a worse one, under the correct model
         assert x["switched"], x["reason"]
-        # the link's bandwidth is recovered to within the load's noise (4 ranks on 2 cores time
-        # it several times slower or faster than the spawn's first measure), not 100× off
-        assert all(b * SLOW / 10 < b0 < b * SLOW * 10 for _a, b, _a0, b0 in x["links"].values()), x["refit"]
+        # the link is recovered to within the load's noise, not 100× off: judged by the time of an
+        # all-reduce of the largest probe (the size the fit measured). The slope alone is not: two
+        # probes on a loaded 2-core machine trade latency for bandwidth (CI once fitted 1.5 ms +
+        # 47 GB/s for a 0.1 ms + 3 GB/s link: the same 4 MiB time, a 15× slope)
+        big = max(LINK_PROBE_BYTES)
+        for a, b, a0, b0 in x["links"].values():
+            t, right, wrong = a + b * big, a0 + b0 / SLOW * big, a0 + b0 * big
+            assert right / 10 < t < right * 10 and t < wrong / 10, (t, right, wrong, x["refit"])
         if key == "wrong_link":
             # refitting the links alone, the re-plan is the plan of the model whose link is as the
             # refit measured it, or one that model prices within 1% of it. (adapt=True refits compute
