@@ -24,6 +24,7 @@ canonical node order), and sum per layer.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import operator
@@ -200,9 +201,15 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                 c.fwd_flops, c.fwd_bytes = flops, nbytes
                 c.output_bytes = tensor_bytes(out) if not _is_view_node(n) else 0
 
-        # 2. backward of each node in isolation
+        # 2. backward of each node in isolation (once per op and inputs alike: an unrolled loop's
+        # steps repeat the same few)
+        done: dict[tuple, tuple[int, int]] = {}
         for n in nodes:
             if n.op == "get_attr" or not rg.get(n, False):
+                continue
+            key = _backward_key(n, env, gm, rg)
+            if key is not None and key in done:
+                costs[n.name].bwd_flops, costs[n.name].bwd_bytes = done[key]
                 continue
             try:
                 flops, nbytes = _node_backward(n, env, gm, rg)
@@ -210,6 +217,8 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                 failures.append(f"{n.format_node()}: {type(e).__name__}: {e}")
                 continue
             costs[n.name].bwd_flops, costs[n.name].bwd_bytes = flops, nbytes
+            if key is not None:
+                done[key] = flops, nbytes
 
         # 3. the whole layer under each recomputation policy: memory kept, FLOPs redone
         ext = [a for a in env if a not in inside and not (isinstance(a, fx.Node) and a.op == "get_attr")]
@@ -273,21 +282,25 @@ def layer_callable(nodes: list[fx.Node], ext: list[fx.Node], outputs: list[fx.No
 
 
 class _LiveTracker(TorchDispatchMode):
-    """The storages kernels create while active, and after each kernel which are still alive:
-    the live set of a backward over time."""
+    """The storages kernels create while active, and after each kernel the bytes of those still
+    alive: the live set of a backward over time."""
 
     def __init__(self):
         super().__init__()
         self.nbytes: list[int] = []  # per created storage, in order of creation (its index)
+        self.born: list[int] = []  # per created storage, the kernel that created it
         # storage key (an address, reused once the storage is freed) -> (index, ref), not yet seen dead
         self.live: dict[int, tuple[int, StorageWeakRef]] = {}
-        self.steps: list[tuple[int, ...]] = []  # per kernel, the created storages alive after it
+        self.totals: list[int] = []  # per kernel, the bytes of the created storages alive after it
+        self._total = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        # only the live ones are checked (a long backward creates tens of thousands of storages)
-        for k in [k for k, (_, ref) in self.live.items() if ref.expired()]:
-            del self.live[k]
+        # only the live ones are checked (a long backward creates tens of thousands of storages);
+        # the weak reference's own test, without its two Python frames (tens of millions of calls)
+        expired = torch.UntypedStorage._expired
+        for k in [k for k, (_, ref) in self.live.items() if expired(ref.cdata)]:
+            self._total -= self.nbytes[self.live.pop(k)[0]]
         if not func.is_view:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
@@ -296,14 +309,23 @@ class _LiveTracker(TorchDispatchMode):
                     if ref.cdata not in self.live:
                         self.live[ref.cdata] = (len(self.nbytes), ref)
                         self.nbytes.append(st.nbytes())
-        self.steps.append(tuple(i for i, _ in self.live.values()))
+                        self.born.append(len(self.totals))
+                        self._total += self.nbytes[-1]
+        self.totals.append(self._total)
         return out
 
     def peak_bytes(self, excluded: set[int]) -> int:
         """The largest live total of created storages, those alive at the end whose key is in
-        ``excluded`` left out."""
-        skip = {i for k, (i, ref) in self.live.items() if k in excluded and not ref.expired()}
-        return max((sum(self.nbytes[i] for i in alive if i not in skip) for alive in self.steps), default=0)
+        ``excluded`` left out (alive at the end, each is alive from its creation on)."""
+        skip = sorted((self.born[i], self.nbytes[i]) for k, (i, ref) in self.live.items()
+                      if k in excluded and not ref.expired())
+        peak, left_out, j = 0, 0, 0
+        for step, total in enumerate(self.totals):
+            while j < len(skip) and skip[j][0] <= step:
+                left_out += skip[j][1]
+                j += 1
+            peak = max(peak, total - left_out)
+        return peak
 
 
 class _StorageTracker(TorchDispatchMode):
@@ -351,11 +373,14 @@ def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int,
     bwd_flops = bwd_bytes = transient = 0
     if grads_of and leaves:
         tangents = [torch.empty_like(o) for o in grads_of]
-        with CostCounter() as cc, _LiveTracker() as live:
+        # the transient is the plain backward's (LayerCosts keeps that one): the others are not tracked
+        track = _LiveTracker() if mode == Recompute.NONE else contextlib.nullcontext()
+        with CostCounter() as cc, track:
             grads = torch.autograd.grad(grads_of, leaves, tangents, allow_unused=True)
         bwd_flops, bwd_bytes = cc.flops, cc.bytes
-        param_grads = {_storage_key(g) for g, p in zip(grads, is_param) if p and g is not None}
-        transient = sum(tensor_bytes(t) for t in tangents) + live.peak_bytes(param_grads)
+        if isinstance(track, _LiveTracker):
+            param_grads = {_storage_key(g) for g, p in zip(grads, is_param) if p and g is not None}
+            transient = sum(tensor_bytes(t) for t in tangents) + track.peak_bytes(param_grads)
     return _Variant(retained_bytes=int(retained + kept_inputs), bwd_flops=bwd_flops, bwd_bytes=bwd_bytes,
                     bwd_transient_bytes=int(transient))
 
@@ -381,6 +406,28 @@ def _is_view_node(n: fx.Node) -> bool:
     if n.target is operator.getitem:
         return True
     return isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
+
+
+def _backward_key(n: fx.Node, env, gm, rg) -> tuple | None:
+    """All that :func:`_node_backward` reads of ``n``: its op, its arguments' structure, each
+    tensor's shape, strides, dtype and whether it carries gradient, every other argument's value.
+    Two nodes with one key have one backward cost. None where an argument is not hashable."""
+    def part(a):
+        if not isinstance(a, fx.Node):
+            return a
+        v = env[a] if a.op != "get_attr" else _getattr(gm, a.target)
+        g = rg.get(a, False)
+        vals = v if isinstance(v, (list, tuple)) else (v,)
+        return (type(v).__name__, g) + tuple((tuple(x.shape), x.stride(), x.dtype) if isinstance(x, torch.Tensor)
+                                             else x for x in vals)
+
+    flat, spec = tree_flatten((n.args, n.kwargs))
+    key = (n.target, str(spec), tuple(part(a) for a in flat))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _node_backward(n: fx.Node, env, gm, rg) -> tuple[int, int]:

@@ -34,6 +34,12 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
+try:  # a module that writes its Python code when first called or read, not when built: a stamped
+    # graph of tens of thousands of nodes is planned without ever running as one module (seconds)
+    from torch.fx._lazy_graph_module import _LazyGraphModule as _StampedModule
+except ImportError:  # pragma: no cover (a torch without it)
+    _StampedModule = fx.GraphModule
+
 log = logging.getLogger(__name__)
 
 MIN_BLOCKS = 4  # two are exported; folding pays from the third block on
@@ -269,7 +275,7 @@ def stamp_blocks(gm: fx.GraphModule, path: str, n_blocks: int, params: dict[str,
                             new.meta = dict(p1.meta)
                             table[new.name] = fqn
                             stamped_ph[(p1, j)] = new
-    new_gm = fx.GraphModule(gm, g)
+    new_gm = _StampedModule(gm, g)
     new_gm.meta.update(gm.meta)
     return new_gm
 
