@@ -57,7 +57,8 @@ class DecomposedLayer:
     input_grads: list[bool] = field(default_factory=list)  # which of them require grad in training
     fwd_flops: dict[str, int] = field(default_factory=dict)
     fwd_bytes: dict[str, int] = field(default_factory=dict)
-    strategies: dict[tuple[str, int], list] = field(default_factory=dict)  # (node, tp) -> strategies
+    # (node, tp) -> strategies; also (strategy_key, tp): nodes alike share one list
+    strategies: dict[tuple, list] = field(default_factory=dict)
     # placeholder -> the parameter's (or buffer's) name within the layer ("attn.q_proj.weight")
     param_names: dict[str, str] = field(default_factory=dict)
 
@@ -78,7 +79,8 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
              ("activation" if a.op != "placeholder" and _is_float(a) and readers[a.name] == 1 else "other")
              for a in ext]
     run = layer_callable(nodes, ext, [by_name[o] for o in layer.output_names], mg.gm)
-    grad = _requires_grad(mg)
+    needs = requires_grad_values(mg)  # (kept on the graph: one pass over it, not one per layer)
+    grad = {a for a in ext if a.name in needs}
     try:
         gm = _traced(run, ext, grad, "cpu")
     except Exception as e:
@@ -112,11 +114,15 @@ def _traced(run, ext: list[fx.Node], grad: set[fx.Node], device: str | None) -> 
 
 
 def requires_grad_values(mg: ModelGraph) -> set[str]:
-    """Names of the captured graph's values that require grad in training (kept on the graph)."""
+    """Names of the captured graph's values that require grad in training (kept on the graph,
+    for its nodes and trainable parameters as they are: a graph rewritten or a parameter frozen
+    since is looked at anew)."""
+    key = (len(mg.gm.graph.nodes), id(mg.gm.graph),
+           frozenset(p.name for p in mg.params.values() if p.requires_grad and not p.is_buffer))
     cache = mg.gm.meta.get("gfx_requires_grad")
-    if cache is None:
-        cache = mg.gm.meta["gfx_requires_grad"] = {n.name for n in _requires_grad(mg)}
-    return cache
+    if cache is None or cache[0] != key:
+        cache = mg.gm.meta["gfx_requires_grad"] = (key, {n.name for n in _requires_grad(mg)})
+    return cache[1]
 
 
 def _requires_grad(mg: ModelGraph) -> set[fx.Node]:

@@ -69,7 +69,7 @@ from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_place
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
-from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _mesh, node_strategies,
+from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _mesh, node_strategies, strategy_key,
                                                  sharded_activation_fraction, sharded_param_fraction)
 from galvatron_fx.search.placement_ilp import PlacementProblem, _Value, evaluate, solve_placement  # noqa: F401
 from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
@@ -145,7 +145,14 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     compute: dict[str, list[float]] = {ph.name: [0.0] * len(strategies[ph.name]) for ph in dl.inputs}
     for n in calls:
         if (n.name, tp) not in dl.strategies:  # the same for every SP mode and variant
-            dl.strategies[(n.name, tp)] = node_strategies(n, mesh, tp)
+            # and for every node of one op on alike values (an unrolled loop's steps)
+            key = strategy_key(n)
+            if key is None:
+                dl.strategies[(n.name, tp)] = node_strategies(n, mesh, tp)
+            else:
+                if (key, tp) not in dl.strategies:
+                    dl.strategies[(key, tp)] = node_strategies(n, mesh, tp)
+                dl.strategies[(n.name, tp)] = dl.strategies[(key, tp)]
         strategies[n.name] = dl.strategies[(n.name, tp)]
         flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
         # forward + backward: the backward of a kernel costs about twice its forward; a

@@ -19,6 +19,7 @@ class-sharded strategies the runtime runs with its own code
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -36,7 +37,7 @@ from galvatron_fx.ir.placements import P, R
 from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.vocab_parallel import extra_strategies
 
-__all__ = ["NodeStrategy", "node_strategies", "sharded_activation_fraction", "sharded_param_fraction"]
+__all__ = ["NodeStrategy", "node_strategies", "strategy_key", "sharded_activation_fraction", "sharded_param_fraction"]
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -49,7 +50,7 @@ class NodeStrategy:
     inputs: tuple[Placement | None, ...]
     outputs: tuple[Placement | None, ...]
 
-    @property
+    @functools.cached_property  # (read for every edge of every ILP: once per strategy)
     def partitioned(self) -> bool:
         """Whether the work is split over the group (else every rank computes it all).
 
@@ -130,6 +131,32 @@ def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
     # class-sharded log-softmax / NLL loss (vocab-parallel cross-entropy), run by our own code
     found |= {NodeStrategy(ins, outs) for ins, outs in extra_strategies(node, tp)}
     return sorted(found, key=lambda s: (s != replicate, str(s)))
+
+
+def strategy_key(node: fx.Node) -> tuple | None:
+    """All that :func:`node_strategies` reads of ``node`` at one tp: its op, its arguments'
+    structure and values, each tensor's shape, strides and dtype, its outputs'. Nodes with one key
+    have one strategy list. None where a value is not a tensor or an argument not hashable."""
+    def meta(v):
+        return (tuple(int(d) for d in v.shape), tuple(v.stride()), v.dtype)
+
+    parts = []
+    flat, spec = tree_flatten((node.args, node.kwargs))
+    for a in flat:
+        if isinstance(a, fx.Node):
+            v = a.meta.get("val")
+            if not isinstance(v, torch.Tensor):
+                return None
+            parts.append(meta(v))
+        else:
+            parts.append(a)
+    outs = tuple(meta(v) if isinstance(v, torch.Tensor) else None for v in _flat_outputs(node))
+    key = (node.target, str(spec), tuple(parts), outs)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _flat_outputs(node: fx.Node) -> list:

@@ -25,7 +25,9 @@ evaluation. The search's results and their assembly into the plan are in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import logging
 import time
 import warnings
@@ -107,6 +109,42 @@ def plan(
     scored by the same cost model and recorded for comparison; when it is predicted faster than
     the searched plan, it is the plan (``solver_stats["kept_baseline"]`` and a note say so).
     """
+    with young_collections():
+        return _plan(model_or_graph, cluster, example_inputs, global_batch_size=global_batch_size,
+                     memory_budget=memory_budget, search=search, cost_model=cost_model, loss_fn=loss_fn,
+                     precision=precision, name=name, progress=progress, baselines=baselines)
+
+
+_PAUSED = [0]
+
+
+@contextlib.contextmanager
+def young_collections():
+    """While a search runs the collector passes over what the search makes only: what was alive
+    before it (a captured graph of tens of thousands of nodes and their fake values) is set aside
+    (``gc.freeze``) and put back after, and the young generation is collected less often. The
+    search's own garbage is freed as before. (A published-size Mamba's search spent seconds in
+    full passes over its captured graph.)"""
+    if _PAUSED[0] or not gc.isenabled():
+        yield
+        return
+    _PAUSED[0] += 1
+    threshold = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0  # (a program that froze objects itself keeps them so)
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(max(threshold[0], 20000), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freeze:
+            gc.unfreeze()
+        _PAUSED[0] -= 1
+
+
+def _plan(model_or_graph, cluster: Cluster, example_inputs, *, global_batch_size, memory_budget, search, cost_model,
+          loss_fn, precision, name, progress, baselines) -> ParallelPlan:
     from galvatron_fx.capture import capture
 
     t0 = time.perf_counter()
@@ -171,7 +209,7 @@ def plan(
                                    baseline=base, notes=())
     unused = unused_requests(space, plan)
     for msg in unused:
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, stacklevel=3)  # (the caller of plan)
     notes = ((found.note,) if found.note else ()) + ((kept,) if kept else ()) + tuple(unused) \
         + ((coupled_note,) if coupled_note else ())
     return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan

@@ -175,3 +175,33 @@ def test_recompute_activation_bytes_match_memtracker(name):
     # full recomputation keeps only the block input and redoes the forward in backward
     assert seen["full"] == batch * seq * zoo.config(name).d_model * 4
     assert layer.costs.recompute_flops_full > 0.5 * layer.costs.fwd_flops
+
+
+def test_alike_nodes_share_one_backward_measure_and_get_the_same_costs(monkeypatch):
+    """An unrolled loop (HF Mamba's selective scan: a few ops per time step) measures each op's
+    backward once per op and inputs alike: every node's costs equal those measured node by node."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import hf_tiny
+
+    from galvatron_fx.passes import annotate_costs as ac
+
+    model, _ = hf_tiny.build("mamba")
+    batch = hf_tiny.batch("mamba", 2, seed=0)
+    calls = []
+    measure = ac._node_backward
+    monkeypatch.setattr(ac, "_node_backward", lambda *a: calls.append(1) or measure(*a))
+
+    def costs():
+        mg = gfx.capture(model, (), example_kwargs=batch, probe=False)
+        return {n.name: (facts(n).bwd_flops, facts(n).bwd_bytes) for n in mg.gm.graph.nodes}, \
+            [layer.costs for layer in mg.layers]
+
+    shared, shared_calls = costs(), len(calls)
+    calls.clear()
+    monkeypatch.setattr(ac, "_backward_key", lambda *a: None)
+    one_by_one = costs()
+    assert shared == one_by_one
+    assert shared_calls < 0.5 * len(calls), (shared_calls, len(calls))  # the steps share their measures

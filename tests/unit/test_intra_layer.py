@@ -256,6 +256,37 @@ def test_an_unrolled_loop_is_solved_with_its_steps_tied(monkeypatch):
     assert evaluate(pr, tied_choice)[0] == pytest.approx(tied_objective, rel=1e-7)
 
 
+@pytest.mark.parametrize("family", ["mamba", "llama", "t5"])
+def test_nodes_with_one_strategy_key_have_one_strategy_list(family):
+    """The ILP enumerates a node's strategies once per op on alike values (an unrolled loop's
+    steps, a block's alike projections): every node of a key has exactly the strategies its own
+    enumeration gives, at every tp."""
+    import torch
+
+    import hf_tiny
+    from galvatron_fx.search.node_strategies import _mesh, node_strategies, strategy_key
+
+    torch.manual_seed(0)
+    model, batch = hf_tiny.build(family)
+    mg = gfx.capture(model, (), example_kwargs=batch, probe=False)
+    dl = decompose_layer(mg, mg.blocks()[-1])
+    calls = [n for n in dl.gm.graph.nodes if n.op == "call_function"]
+    keys = {n.name: strategy_key(n) for n in calls}
+    groups: dict = {}
+    for n in calls:
+        if keys[n.name] is not None:
+            groups.setdefault(keys[n.name], []).append(n)
+    assert sum(len(g) for g in groups.values()) >= 0.9 * len(calls)  # nearly every node has a key
+    if family == "mamba":
+        assert len(groups) < 0.5 * len(calls)  # the steps share theirs
+    for tp in (2, 4):
+        mesh = _mesh(tp)
+        for group in groups.values():
+            first = node_strategies(group[0], mesh, tp)
+            for n in group[1:]:
+                assert node_strategies(n, mesh, tp) == first, (n.format_node(), group[0].format_node())
+
+
 def test_partial_gradients_through_views_keep_the_ilp_fast(cost_model):
     """T5's decoder block at tp 8 (12 heads: no head split, so many near-equal placements): a
     view handing a partial gradient on was a product of three variables whose weak relaxation

@@ -407,3 +407,30 @@ def test_asking_for_tp_shards_every_layer_s_weights():
         if lp.strategy.tp == 2 and whole:
             assert lp.predicted.memory_breakdown["params"] < 0.9 * whole, (lp.name, lp.predicted.memory_breakdown)
     assert any(lp.strategy.tp == 2 for lp in plan.layers)
+
+
+def test_the_collector_is_as_it_was_after_a_search(gpt2, rtx):
+    """A search sets what was alive before it aside from the collector's passes (``gc.freeze``)
+    and collects its young generation less often; after it, returned or raised, the collector
+    is as it was, and what was set aside is collectable again."""
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    seen = []
+    from galvatron_fx.search import outer_search
+
+    run = outer_search._Search.run
+
+    def spy(self, *a, **k):
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return run(self, *a, **k)
+
+    outer_search._Search.run = spy
+    try:
+        gfx.plan(gpt2, rtx, global_batch_size=8)
+        with pytest.raises(gfx.PlanError):
+            gfx.plan(gpt2, rtx, global_batch_size=8, memory_budget=2**20)
+    finally:
+        outer_search._Search.run = run
+    assert seen and all(t[0] >= 20000 and frozen > 0 for t, frozen in seen)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
