@@ -24,6 +24,7 @@ statistics) are listed in ``ModelGraph.mutated_buffers``: the runtime updates th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -99,10 +100,11 @@ def capture(
     was_training = model.training
     lists = [] if dynamic else repeated_lists(root)
     try:
-        ep = _export_folded(root, args, kwargs, lists, type(model).__name__) if lists else None
-        folded = ep is not None
-        if ep is None:
-            ep = _export(root, args, kwargs, dynamic_shapes)
+        with _without_stack_traces():
+            ep = _export_folded(root, args, kwargs, lists, type(model).__name__) if lists else None
+            folded = ep is not None
+            if ep is None:
+                ep = _export(root, args, kwargs, dynamic_shapes)
     finally:
         model.train(was_training)
     gm = ep.graph_module
@@ -173,6 +175,22 @@ def capture(
     return mg
 
 
+@contextlib.contextmanager
+def _without_stack_traces():
+    """Export records no Python stack trace per node: nothing here reads them, and collecting
+    them is a tenth of a large export's time (torches without the switch record them)."""
+    config = getattr(torch.fx, "config", None)
+    old = getattr(config, "do_not_emit_stack_traces", None) if config is not None else None
+    if old is None:
+        yield
+        return
+    config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        config.do_not_emit_stack_traces = old
+
+
 def _export_folded(root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple[str, int]], name: str):
     """``root`` exported with its runs of alike blocks traced once (:mod:`~galvatron_fx.passes.repeat_blocks`),
     or None where that is not safe (logged)."""
@@ -201,7 +219,7 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: li
 
     was_training = root.training
     try:
-        with quiet_fake_tensor_log():  # (a graph with the batch baked in fails here: reported below)
+        with quiet_fake_tensor_log(), _without_stack_traces():  # (a graph with the batch baked in fails here)
             a2, k2 = tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()} or None
             export = lambda: torch.export.export(root, a2, k2, strict=False)  # noqa: E731
             ep = export_folded(root, export, lists) if lists else export()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 __all__ = ["CostCounter", "is_free", "kernel_bytes", "kernel_flops"]
@@ -66,7 +65,19 @@ def is_free(func) -> bool:
 
 
 def _tensors(x) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+    """The tensors in ``x`` (nested tuples, lists and dicts of a kernel's arguments or outputs),
+    without the pytree registry's generality: it runs for every kernel counted."""
+    out: list[torch.Tensor] = []
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+    return out
 
 
 def _written(t: torch.Tensor) -> int:
