@@ -234,8 +234,8 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: li
 
 def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
     """Record in ``mg.batched`` the values whose dim 0 is the batch, from ``probe``: the same
-    model captured at twice the batch. A value (a node of both graphs, by name and op) is batched
-    when only its dim 0 differs, by the batch's factor. Values derived from the inputs without
+    model captured at twice the batch. A value (a node of both graphs, paired by
+    :func:`paired_nodes`) is batched when only its dim 0 differs, by the batch's factor. Values derived from the inputs without
     reading them (an attention mask or positions built from ``arange`` and the batch size) are
     found as well as those computed from the inputs. Also records ``mg.batch_scaling``: every
     integer argument and output size that follows the batch (what re-instantiating the graph at
@@ -248,10 +248,10 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
     from torch.utils._pytree import tree_flatten
 
     b = mg.example_shapes[0][0]
-    other = {n.name: n for n in probe_gm.graph.nodes}
-    # the two graphs must be the same program at two sizes, node for node: a batch of one can
-    # trace otherwise (size-one dims broadcast), and a name would then pair two different ops
-    same = [(n.name, n.target) for n in mg.gm.graph.nodes] == [(n.name, n.target) for n in probe_gm.graph.nodes]
+    # the two graphs are paired op by op on paired inputs (not by name: a batch of one can trace
+    # otherwise, a copy its contiguous slice skips shifting every later name)
+    pairs = paired_nodes(mg.gm, probe_gm)
+    unpaired = [n.name for n in mg.gm.graph.nodes if n not in pairs]
     out: set[str] = set()
     ints: dict[str, tuple[tuple[int, int], ...]] = {}
     dims: dict[str, tuple[tuple[int, ...], ...]] = {}
@@ -261,7 +261,7 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
         return v != w and v * b2 == w * b
 
     for n in mg.gm.graph.nodes:
-        m = other.get(n.name)
+        m = pairs.get(n)
         if m is None or m.target != n.target:
             if n.op not in ("placeholder", "output") or m is None:
                 irregular.add(n.name)
@@ -303,12 +303,67 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
                 and v.shape[0] != w.shape[0]:
             out.add(n.name)
     mg.batched = out
-    if not same:
-        log.info("the batch probe of %s traced another graph at %d samples than at %d: sizes are not followed "
-                 "(a layer that would run on a share of the batch keeps the whole batch's semantics)", mg.name, b2, b)
-        ints, dims, irregular = {}, {}, {n.name for n in mg.gm.graph.nodes}
+    if unpaired:
+        log.info("the batch probe of %s traced %d op(s) otherwise at %d samples than at %d (first: %s): their sizes "
+                 "are not followed (a layer holding one keeps the whole batch's semantics)", mg.name, len(unpaired),
+                 b2, b, unpaired[0])
     mg.batch_scaling = BatchScaling(batch=b, probe_batch=b2, ints=ints, dims=dims, irregular=frozenset(irregular))
     return out
+
+
+# ops that copy a value as it is: a graph may have one where the other has none (``contiguous`` of
+# a slice that is contiguous at a batch of one only)
+_COPIES = (torch.ops.aten.contiguous.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default)
+
+
+def paired_nodes(gm: torch.fx.GraphModule, other: torch.fx.GraphModule) -> dict:
+    """Node of ``gm`` -> the node of ``other`` (the same program traced at another batch) that
+    computes the same: placeholders by name, every other node by its op and its inputs' pairs, in
+    order, a node of the same name first among equals. A copy that only one graph makes is seen
+    through (its readers pair with the other graph's readers of the value copied). Nodes without a
+    pair are left out."""
+    def source(n, paired: bool):  # a value through the copies of it
+        while n.op == "call_function" and n.target in _COPIES and n.args and isinstance(n.args[0], torch.fx.Node) \
+                and not (paired and n in pairs):
+            n = n.args[0]
+        return n
+
+    index: dict[tuple, list] = {}
+    key_of: dict = {}
+    named = {n.name: n for n in other.graph.nodes}
+    for m in other.graph.nodes:
+        if m.op in ("call_function", "call_method", "output"):
+            key_of[m] = key = (m.op, m.target, tuple(source(a, False) for a in m.all_input_nodes))
+            index.setdefault(key, []).append(m)
+    first: dict[tuple, int] = {}  # per key, where its unpaired nodes start (in order)
+    pairs: dict = {}
+    used: set = set()
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            m = named.get(n.name)
+            if m is not None and m.op == n.op:
+                pairs[n] = m
+                used.add(m)
+            continue
+        ins = []
+        for a in n.all_input_nodes:
+            a = source(a, True)
+            if a not in pairs:
+                break
+            ins.append(pairs[a])
+        else:
+            key = (n.op, n.target, tuple(source(m, False) for m in ins))
+            m = named.get(n.name)
+            if m is None or m in used or key_of.get(m) != key:
+                same, i = index.get(key, ()), first.get(key, 0)
+                while i < len(same) and same[i] in used:
+                    i += 1
+                first[key] = i
+                m = same[i] if i < len(same) else None
+            if m is not None:
+                pairs[n] = m
+                used.add(m)
+    return pairs
 
 
 def _unalias(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -137,7 +137,8 @@ class LayerInfo:
 @dataclass(frozen=True, slots=True)
 class BatchScaling:
     """How the captured graph's sizes follow the batch, read off a probe capture of the same model
-    at another batch (:func:`galvatron_fx.capture.mark_batched`), node by node (by name and op).
+    at another batch (:func:`galvatron_fx.capture.mark_batched`), node by node (paired by op and
+    inputs: :func:`galvatron_fx.capture.paired_nodes`).
 
     ``ints``: per node, the integer arguments that grow in proportion to the batch, as ``(index
     among the flat leaves of (args, kwargs), value at batch)`` (a ``view``'s ``B*T``, an

@@ -36,6 +36,47 @@ def test_the_probe_records_how_sizes_follow_the_batch_and_the_graph_reinstantiat
     assert local_problem(mg, mg.layers[1], 3) is not None  # 4 samples do not split over 3 ranks
 
 
+def test_a_batch_of_one_is_probed_like_any_other():
+    """At one sample HF's causal loss traces no copy of its shifted labels (the slice is already
+    contiguous), at two it does, which shifts the names of later copies: the probe pairs the graphs
+    op by op on paired inputs, seeing through the copy, so every size that follows the batch is
+    still found (HF Mamba: before, one extra node made every node irregular)."""
+    from galvatron_fx.capture import paired_nodes
+
+    one, two = _captured("mamba", 1), _captured("mamba", 2)
+    count = lambda mg: sum(n.target is torch.ops.aten.contiguous.default for n in mg.gm.graph.nodes)  # noqa: E731
+    assert count(two) > count(one)
+    s = one.batch_scaling
+    assert s is not None and (s.batch, s.probe_batch) == (1, 2) and not s.irregular and s.dims
+    # what follows the batch at one sample is what follows it at two (the same program's values)
+    pairs = paired_nodes(one.gm, two.gm)
+    assert len(pairs) == len(one.gm.graph.nodes)
+    assert {pairs[n].name for n in one.gm.graph.nodes if n.name in one.batched} == \
+        {m.name for m in pairs.values() if m.name in two.batched}
+
+
+def test_pairing_sees_through_a_copy_only_one_graph_makes():
+    from galvatron_fx.capture import paired_nodes
+
+    def traced(copy: bool):
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        y = g.call_function(torch.ops.aten.slice.Tensor, (x, 1, 1))
+        if copy:
+            y = g.call_function(torch.ops.aten.contiguous.default, (y,))
+        z = g.call_function(torch.ops.aten.view.default, (y, [-1]))
+        w = g.call_function(torch.ops.aten.view.default, (x, [-1]))  # a second view, of another value
+        g.output((z, w))
+        return torch.fx.GraphModule({}, g)
+
+    a, b = traced(False), traced(True)
+    pairs = {n.name: m.name for n, m in paired_nodes(a, b).items()}
+    assert pairs == {"x": "x", "slice_tensor": "slice_tensor", "view_default": "view_default",
+                     "view_default_1": "view_default_1", "output": "output"}
+    back = {n.name: m.name for n, m in paired_nodes(b, a).items()}
+    assert back["view_default"] == "view_default" and "contiguous_default" not in back  # the copy alone: no pair
+
+
 def test_a_contrastive_loss_is_marked_as_coupling_samples():
     mg = _captured("clip")
     coupled = mg.coupled()
