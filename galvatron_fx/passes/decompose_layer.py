@@ -61,6 +61,7 @@ class DecomposedLayer:
     strategies: dict[tuple, list] = field(default_factory=dict)
     # placeholder -> the parameter's (or buffer's) name within the layer ("attn.q_proj.weight")
     param_names: dict[str, str] = field(default_factory=dict)
+    structure: dict = field(default_factory=dict)  # what the layer ILP reads of gm, read once
 
 
 def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:

@@ -113,13 +113,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     sp = SPMode(sp)
     mesh = _mesh(tp)
     gm = dl.gm
-    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
-             and n.target is not operator.getitem]
-    alias: dict[fx.Node, tuple[fx.Node, int]] = {}  # getitem nodes alias their source's output
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target is operator.getitem:
-            src, idx = n.args
-            alias[n] = alias[src] if src in alias else (src, idx)
+    calls, alias, tensor_args_of, written = _structure(dl)
 
     def value_of(a: fx.Node) -> tuple[fx.Node, int]:
         return alias.get(a, (a, 0))
@@ -165,7 +159,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         compute[n.name] = [part if s.partitioned else whole for s in strategies[n.name]]
     # an op that writes into a tensor, and the views it writes through, take no partial
     # placement: a partial sum written into a slice of a buffer is not the buffer's partial sum
-    for name in {n.name for pair in written_through(dl.gm) for n in pair}:
+    for name in written:
         if name in strategies and name in compute:
             keep = [i for i, st in enumerate(strategies[name])
                     if not any(isinstance(p, Partial) for p in st.inputs + st.outputs if p is not None)]
@@ -173,8 +167,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
             compute[name] = [compute[name][i] for i in keep]
     consumers: dict[tuple[fx.Node, int], list[tuple[str, int]]] = defaultdict(list)
     for n in calls:
-        tensor_args = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)]
-        for k, a in enumerate(tensor_args):
+        for k, a in enumerate(tensor_args_of[n]):
             u, idx = value_of(a)
             if u.name in strategies:
                 consumers[(u, idx)].append((n.name, k))
@@ -229,6 +222,25 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
                                reshard_s=reshard, forbidden=forbidden, inner=inner,
                                no_grad={n.name for n in calls if n.target is aten.detach.default})
     return problem, {n.name: n for n in gm.graph.nodes}
+
+
+def _structure(dl: DecomposedLayer) -> tuple:
+    """What :func:`build_problem` reads of the decomposed graph whatever the degree and mode
+    (kept on ``dl``): the nodes it places, the ``getitem`` aliases of multi-output values, each
+    node's tensor arguments, the nodes a write goes through."""
+    if "problem" not in dl.structure:
+        gm = dl.gm
+        calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target not in _IGNORED
+                 and n.target is not operator.getitem]
+        alias: dict[fx.Node, tuple[fx.Node, int]] = {}  # getitem nodes alias their source's output
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target is operator.getitem:
+                src, idx = n.args
+                alias[n] = alias[src] if src in alias else (src, idx)
+        tensor_args = {n: [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)] for n in calls}
+        written = {n.name for pair in written_through(gm) for n in pair}
+        dl.structure["problem"] = (calls, alias, tensor_args, written)
+    return dl.structure["problem"]
 
 
 def solve_intra_layer(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode | str, cost_model: CostModel,
