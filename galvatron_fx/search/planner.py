@@ -109,10 +109,31 @@ def plan(
     scored by the same cost model and recorded for comparison; when it is predicted faster than
     the searched plan, it is the plan (``solver_stats["kept_baseline"]`` and a note say so).
     """
-    with young_collections():
-        return _plan(model_or_graph, cluster, example_inputs, global_batch_size=global_batch_size,
-                     memory_budget=memory_budget, search=search, cost_model=cost_model, loss_fn=loss_fn,
-                     precision=precision, name=name, progress=progress, baselines=baselines)
+    from galvatron_fx.capture import capture
+
+    t0 = time.perf_counter()
+    auto = AutoBatch.coerce(global_batch_size)
+    batches = auto or _check_batches(global_batch_size)
+    if memory_budget is not None:
+        _check_budget(memory_budget)
+    space = SearchSpace.coerce(search)
+    if False not in space.offload and not all(can_offload(cluster.device_specs[k]) for k in set(cluster.node_kinds)):
+        raise ConfigError(f"search offload=(True,) asks every layer to offload to host memory, but the devices of "
+                          f"cluster {cluster.name!r} have no host memory beside their own (DeviceSpec.host_memory_bytes; "
+                          "a CPU process's memory is host memory already): give it in the cluster JSON, or allow "
+                          "offload=(False, True)")
+    if isinstance(model_or_graph, ModelGraph):
+        mg = model_or_graph
+    else:
+        if example_inputs is None:
+            raise PlanError("plan() needs example_inputs to capture a model (or pass a captured ModelGraph)")
+        mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
+    if any(l.costs is None for l in mg.layers):
+        raise PlanError("the graph has no costs: capture it with annotate=True")
+    with young_collections():  # (the capture above measures with the collector as the program has it)
+        return _searched(mg, cluster, t0, batches, space, global_batch_size=global_batch_size,
+                         memory_budget=memory_budget, cost_model=cost_model, precision=precision, name=name,
+                         progress=progress, baselines=baselines)
 
 
 _PAUSED = [0]
@@ -143,29 +164,9 @@ def young_collections():
         _PAUSED[0] -= 1
 
 
-def _plan(model_or_graph, cluster: Cluster, example_inputs, *, global_batch_size, memory_budget, search, cost_model,
-          loss_fn, precision, name, progress, baselines) -> ParallelPlan:
-    from galvatron_fx.capture import capture
-
-    t0 = time.perf_counter()
-    auto = AutoBatch.coerce(global_batch_size)
-    batches = auto or _check_batches(global_batch_size)
-    if memory_budget is not None:
-        _check_budget(memory_budget)
-    space = SearchSpace.coerce(search)
-    if False not in space.offload and not all(can_offload(cluster.device_specs[k]) for k in set(cluster.node_kinds)):
-        raise ConfigError(f"search offload=(True,) asks every layer to offload to host memory, but the devices of "
-                          f"cluster {cluster.name!r} have no host memory beside their own (DeviceSpec.host_memory_bytes; "
-                          "a CPU process's memory is host memory already): give it in the cluster JSON, or allow "
-                          "offload=(False, True)")
-    if isinstance(model_or_graph, ModelGraph):
-        mg = model_or_graph
-    else:
-        if example_inputs is None:
-            raise PlanError("plan() needs example_inputs to capture a model (or pass a captured ModelGraph)")
-        mg = capture(model_or_graph, example_inputs, loss_fn, name=name)
-    if any(l.costs is None for l in mg.layers):
-        raise PlanError("the graph has no costs: capture it with annotate=True")
+def _searched(mg: ModelGraph, cluster: Cluster, t0: float, batches, space: SearchSpace, *, global_batch_size,
+              memory_budget, cost_model, precision, name, progress, baselines) -> ParallelPlan:
+    """:func:`plan` from its captured graph on: the search, the baselines, the assembled plan."""
     space, coupled_note = one_microbatch_if_coupled(mg, space)
     if len(space.grad_comm_options()) > 1:  # one search per gradient communication allowed
         return plan_each_grad_comm(space, mg, cluster, global_batch_size=global_batch_size, cost_model=cost_model,
@@ -209,7 +210,7 @@ def _plan(model_or_graph, cluster: Cluster, example_inputs, *, global_batch_size
                                    baseline=base, notes=())
     unused = unused_requests(space, plan)
     for msg in unused:
-        warnings.warn(msg, stacklevel=3)  # (the caller of plan)
+        warnings.warn(msg, stacklevel=3)  # (plan's caller)
     notes = ((found.note,) if found.note else ()) + ((kept,) if kept else ()) + tuple(unused) \
         + ((coupled_note,) if coupled_note else ())
     return dataclasses.replace(plan, notes=plan.notes + notes) if notes else plan

@@ -434,3 +434,19 @@ def test_the_collector_is_as_it_was_after_a_search(gpt2, rtx):
         outer_search._Search.run = run
     assert seen and all(t[0] >= 20000 and frozen > 0 for t, frozen in seen)
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+def test_a_model_planned_directly_is_captured_with_the_collector_as_it_is(rtx, monkeypatch):
+    """plan(model, ...) captures before the search sets anything aside: the capture measures
+    what the program keeps alive with the collector as the program has it."""
+    import gc
+    import importlib
+
+    capture_module = importlib.import_module("galvatron_fx.capture")
+    seen = []
+    real = capture_module.capture
+    monkeypatch.setattr(capture_module, "capture",
+                        lambda *a, **k: seen.append((gc.get_threshold(), gc.get_freeze_count())) or real(*a, **k))
+    model, inputs = zoo.build("gpt-tiny", batch_size=2, seq_len=16, device="cpu")
+    gfx.plan(model, rtx, inputs, global_batch_size=4)
+    assert seen == [(gc.get_threshold(), gc.get_freeze_count())]
