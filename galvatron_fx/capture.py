@@ -235,12 +235,12 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: li
 def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
     """Record in ``mg.batched`` the values whose dim 0 is the batch, from ``probe``: the same
     model captured at twice the batch. A value (a node of both graphs, paired by
-    :func:`paired_nodes`) is batched when only its dim 0 differs, by the batch's factor. Values derived from the inputs without
-    reading them (an attention mask or positions built from ``arange`` and the batch size) are
-    found as well as those computed from the inputs. Also records ``mg.batch_scaling``: every
-    integer argument and output size that follows the batch (what re-instantiating the graph at
-    a data-parallel rank's share of the batch needs, :mod:`galvatron_fx.passes.localize_batch`).
-    Returns the set."""
+    :func:`paired_nodes`) is batched when only its dim 0 differs, by the batch's factor. Values
+    derived from the inputs without reading them (an attention mask or positions built from
+    ``arange`` and the batch size) are found as well as those computed from the inputs. Also
+    records ``mg.batch_scaling``: every integer argument and output size that follows the batch
+    (what re-instantiating the graph at a data-parallel rank's share of the batch needs,
+    :mod:`galvatron_fx.passes.localize_batch`). Returns the set."""
     return _mark(mg, probe.gm, probe.example_shapes[0][0])
 
 
@@ -261,10 +261,9 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
         return v != w and v * b2 == w * b
 
     for n in mg.gm.graph.nodes:
-        m = pairs.get(n)
-        if m is None or m.target != n.target:
-            if n.op not in ("placeholder", "output") or m is None:
-                irregular.add(n.name)
+        m = pairs.get(n)  # (a pair is the same op)
+        if m is None:
+            irregular.add(n.name)
             continue
         if n.op == "call_function":
             mine, theirs = tree_flatten((n.args, n.kwargs))[0], tree_flatten((m.args, m.kwargs))[0]

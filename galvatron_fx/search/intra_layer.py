@@ -141,12 +141,10 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
         if (n.name, tp) not in dl.strategies:  # the same for every SP mode and variant
             # and for every node of one op on alike values (an unrolled loop's steps)
             key = strategy_key(n)
-            if key is None:
-                dl.strategies[(n.name, tp)] = node_strategies(n, mesh, tp)
-            else:
-                if (key, tp) not in dl.strategies:
-                    dl.strategies[(key, tp)] = node_strategies(n, mesh, tp)
-                dl.strategies[(n.name, tp)] = dl.strategies[(key, tp)]
+            shared = (n.name if key is None else key, tp)
+            if shared not in dl.strategies:
+                dl.strategies[shared] = node_strategies(n, mesh, tp)
+            dl.strategies[(n.name, tp)] = dl.strategies[shared]
         strategies[n.name] = dl.strategies[(n.name, tp)]
         flops, nbytes = dl.fwd_flops.get(n.name, 0), dl.fwd_bytes.get(n.name, 0)
         # forward + backward: the backward of a kernel costs about twice its forward; a
