@@ -56,7 +56,7 @@ from galvatron_fx.cluster import TierName
 from galvatron_fx.cost_models.memory import LayerMemory
 
 __all__ = ["FACTOR_BOUND", "FITS", "LATENCY_PROBE_BYTES", "LINK_FACTOR_BOUND", "MIN_COMPUTE_SHARE", "Factors",
-           "Refit", "RefitCostModel", "fit_factors", "peak_split"]
+           "Refit", "RefitCostModel", "fit_factors", "link_scales", "peak_split"]
 
 FACTOR_BOUND = 50.0
 # a described link can be off by more than compute: NVLink's rate taken for Ethernet's is ~200×
@@ -138,12 +138,11 @@ class RefitCostModel:
         full = price(nbytes)
         if not fit:
             return full
-        a, b, a0, b0 = fit
-        kb = _bounded(b / b0, LINK_FACTOR_BOUND) if b0 > 0 and b > 0 else None
-        ka = _bounded(a / a0, LINK_FACTOR_BOUND) if a0 > 0 and a > 0 else None
-        if ka is None and kb is None:  # one probe size only: the ratio of the times there
+        scales = link_scales(fit)
+        if scales is None:  # one probe size only: the ratio of the times there
+            a, b, a0, b0 = fit
             return full * _bounded((a + b * nbytes) / max(a0 + b0 * nbytes, 1e-12), LINK_FACTOR_BOUND)
-        ka, kb = ka or kb, kb or ka
+        ka, kb = scales
         # the latency part: the price's intercept, from two sizes (a price of one byte can be 0:
         # a collective or redistribution splitting its bytes among ranks then sends nothing)
         m = LATENCY_PROBE_BYTES
@@ -216,6 +215,19 @@ class Refit:
 
 def _gbs(seconds_per_byte: float) -> str:
     return f"{1 / seconds_per_byte / 1e9:.2g} GB/s" if seconds_per_byte > 0 else "∞ GB/s"
+
+
+def link_scales(fit: tuple[float, float, float, float]) -> tuple[float, float] | None:
+    """The factors a link fit ``(a, b, a0, b0)`` applies to a price's latency part and to the
+    rest (bounded to ``LINK_FACTOR_BOUND``). A fit whose slope came out 0 (the larger probe no
+    slower than the smaller: noise on a loaded machine) or whose intercept did scales both parts
+    by the one ratio it has; ``None`` where it has neither."""
+    a, b, a0, b0 = fit
+    kb = _bounded(b / b0, LINK_FACTOR_BOUND) if b0 > 0 and b > 0 else None
+    ka = _bounded(a / a0, LINK_FACTOR_BOUND) if a0 > 0 and a > 0 else None
+    if ka is None and kb is None:
+        return None
+    return ka or kb, kb or ka
 
 
 def _affine(points: list[tuple[int, float]]) -> tuple[float, float]:

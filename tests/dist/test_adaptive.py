@@ -85,6 +85,17 @@ def _described(cl, latency_s: float, bandwidth_bytes_s: float):
     return dataclasses.replace(cl, intra_node=tier(cl.intra_node), inter_node=tier(cl.inter_node))
 
 
+def _as_priced(fit) -> tuple[float, float]:
+    """A link fit ``(a, b, a0, b0)`` as the refitted model prices the link: its all-reduce's
+    latency and seconds per byte (a slope fitted as 0, the larger probe no faster than the
+    smaller under load, takes the latency's factor, as the model does)."""
+    from galvatron_fx.cost_models.refit import link_scales
+
+    _a, _b, a0, b0 = fit
+    ka, kb = link_scales(fit)
+    return a0 * ka, b0 * kb
+
+
 def _signature(plan) -> dict:
     """A plan's layout: pipeline degree and each layer's dp and strategy (the micro-batch count,
     a near tie on this machine, is left out)."""
@@ -141,7 +152,7 @@ def _wrong_link(adapt: bool) -> dict:
             r = pm.replan(opt, refit=fit, threshold=0.0)
             res.update(switched=r.switched, reason=r.reason, refit=fit.lines(), links=fit.factors.links)
             # the cluster described with the link as the refit measured it (a + b·bytes all-reduces)
-            a, b, _a0, _b0 = fit.factors.links["intra_node"]
+            a, b = _as_priced(fit.factors.links["intra_node"])
             as_measured = _described(right, a, 2 * (world - 1) / world / b)
         losses.append(pm.train_step(batches[i % BATCHES], opt))
     if adapt:
@@ -293,7 +304,8 @@ def _check_wrong_link(res: dict) -> None:
         # 47 GB/s for a 0.1 ms + 3 GB/s link: the same 4 MiB time, a 15× slope)
         big = max(LINK_PROBE_BYTES)
         for a, b, a0, b0 in x["links"].values():
-            t, right, wrong = a + b * big, a0 + b0 / SLOW * big, a0 + b0 * big
+            fa, fb = _as_priced((a, b, a0, b0))
+            t, right, wrong = fa + fb * big, a0 + b0 / SLOW * big, a0 + b0 * big
             assert right / 10 < t < right * 10 and t < wrong / 10, (t, right, wrong, x["refit"])
         if key == "wrong_link":
             # refitting the links alone, the re-plan is the plan of the model whose link is as the

@@ -13,7 +13,7 @@ import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.cost_models.refit import (FACTOR_BOUND, LINK_FACTOR_BOUND, Factors, RefitCostModel, fit_factors,
-                                            peak_split)
+                                            link_scales, peak_split)
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
 from galvatron_fx.search.refit import in_call_comm_s
 
@@ -95,6 +95,31 @@ def test_a_link_off_by_more_than_the_compute_bound_is_refitted_exactly_up_to_its
         m = RefitCostModel(described, fit_factors(plan, obs, described, fit=("links",)))
         want = faster(n, min(k, LINK_FACTOR_BOUND))
         assert m.collective_time_s("all_reduce", n, ranks) == pytest.approx(want, rel=1e-3), k
+
+
+def test_probes_whose_larger_size_is_no_slower_scale_the_whole_link_by_their_one_ratio(setup):
+    """Two probes under load can time the larger size no slower than the smaller: the fitted slope
+    is 0. The refitted model then scales latency and bandwidth alike by the measured over modelled
+    latency (never an infinitely fast link), and ``link_scales`` says so to whoever reads the fit."""
+    mg, right, _ = setup
+    ranks = list(range(WORLD))
+    plan = gfx.plan(mg, right, global_batch_size=8, progress=False)
+    described = AnalyticCostModel(right)
+    t_small = described.collective_time_s("all_reduce", min(LINK_PROBE_BYTES), ranks)
+    flat = 3.0 * t_small  # every probe 3x the model's smallest, the larger ones no slower
+    obs = Observations(plan_hash="", steps=1, layer_s={}, sync_s=0.0, optimizer_s=0.0, step_s=0.0, peak_bytes=None,
+                       collectives=tuple(("all_reduce", b, tuple(ranks), flat) for b in LINK_PROBE_BYTES))
+    f = fit_factors(plan, obs, described, fit=("links",))
+    (fit,) = f.links.values()
+    a, b, a0, b0 = fit
+    assert b == 0.0 and a == pytest.approx(flat) and a0 > 0 and b0 > 0
+    ka, kb = link_scales(fit)
+    assert ka == kb == pytest.approx(a / a0)
+    m = RefitCostModel(described, f)
+    for n in (*LINK_PROBE_BYTES, 16 * 2**20):
+        want = described.collective_time_s("all_reduce", n, ranks) * ka
+        assert m.collective_time_s("all_reduce", n, ranks) == pytest.approx(want, rel=1e-6), n
+    assert link_scales((0.0, 0.0, a0, b0)) is None
 
 
 def test_compute_memory_and_optimizer_factors_are_the_measured_ratios(setup):
