@@ -35,11 +35,13 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
 from galvatron_fx.ir.graph import BatchScaling, InputInfo, ModelGraph, ParamInfo, dtype_name
 from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
-from galvatron_fx.passes.repeat_blocks import NoFold, export_folded, repeated_lists
+from galvatron_fx.passes.repeat_blocks import (STAMPED_FROM, NoFold, export_folded, export_truncated, repeated_lists,
+                                              stamped_from)
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)
@@ -206,8 +208,12 @@ def _export_folded(root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple
 
 
 def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple[str, int]]) -> None:
-    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`capture`),
-    folded as the capture was (``lists``)."""
+    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`capture`), with
+    each folded list of the capture (``lists``) cut to its first block: every later block's node
+    is marked as the node of block 0 it copies (the stamp checked block 1 is block 0's program
+    op for op, on values of the same shapes). Where the probe shows that block 0 reads a value of
+    another shape than block 1 reads in its place at the probe's batch (a value broadcast over a
+    batch of one that block 1 reads batched), two blocks are traced, as the capture traced them."""
     if not mg.example_shapes or not mg.example_shapes[0] or mg.example_shapes[0][0] < 1:
         return
     batch = mg.example_shapes[0][0]
@@ -222,14 +228,61 @@ def _probe(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: li
         with quiet_fake_tensor_log(), _without_stack_traces():  # (a graph with the batch baked in fails here)
             a2, k2 = tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()} or None
             export = lambda: torch.export.export(root, a2, k2, strict=False)  # noqa: E731
-            ep = export_folded(root, export, lists) if lists else export()
+            if not lists:
+                probe, origin = export().graph_module, {}
+                pairs = paired_nodes(mg.gm, probe)
+            else:
+                probe, origin, pairs = _probe_blocks(mg, root, export, lists)
     except Exception as e:  # an optimisation and a check: the graph stands without
         log.info("no batch probe of %s (%s: %s): layers run with the whole batch's semantics where dp > 1",
                  mg.name, type(e).__name__, str(e)[:200])
         return
     finally:
         root.train(was_training)
-    _mark(mg, ep.graph_module, 2 * batch)
+    _mark(mg, probe, 2 * batch, origin, pairs)
+
+
+def _probe_blocks(mg: ModelGraph, root: nn.Module, export, lists: list[tuple[str, int]]):
+    """``(probe graph, origin, pairs)`` of :func:`_probe` for a folded capture: one block per list
+    where that tells every block apart, else two."""
+    try:
+        probe = export_truncated(root, export, lists, 1).graph_module
+    except Exception as e:  # (two blocks export where one may not: a model that indexes its second block)
+        log.info("%s: the batch probe traces two blocks per list (one: %s: %s)", mg.name, type(e).__name__,
+                 str(e)[:200])
+    else:
+        origin = stamped_from(mg.gm, 1)
+        pairs = paired_nodes(mg.gm, probe, origin)
+        if _blocks_read_alike(origin, pairs):
+            return probe, origin, pairs
+        log.info("%s: block 0 reads a value of another shape than block 1 does at the probe's batch: the batch "
+                 "probe traces two blocks per list", mg.name)
+    probe = export_truncated(root, export, lists, 2).graph_module
+    origin = stamped_from(mg.gm, 2)
+    return probe, origin, paired_nodes(mg.gm, probe, origin)
+
+
+def _blocks_read_alike(origin: dict, pairs: dict) -> bool:
+    """Whether every block-1 node (of ``origin``, :func:`stamped_from` with one block traced) reads,
+    argument by argument, values whose pairs in the probe have the shapes of those its block-0
+    origin reads there: then block 1 runs block 0's program at the probe's batch too."""
+    def shapes(x):
+        return [tuple(v.shape) if isinstance(v, torch.Tensor) else v for v in tree_flatten(x.meta.get("val"))[0]]
+
+    for n, o in origin.items():
+        if n.meta[STAMPED_FROM][1] != 1 or n.op == "placeholder":
+            continue
+        mine = [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, torch.fx.Node)]
+        theirs = [a for a in tree_flatten((o.args, o.kwargs))[0] if isinstance(a, torch.fx.Node)]
+        if len(mine) != len(theirs):
+            return False
+        for a, c in zip(mine, theirs):
+            if a is c:
+                continue
+            pa, pc = pairs.get(a), pairs.get(c)
+            if (pa is None) != (pc is None) or (pa is not None and shapes(pa) != shapes(pc)):
+                return False
+    return True
 
 
 def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
@@ -241,16 +294,15 @@ def mark_batched(mg: ModelGraph, probe: ModelGraph) -> set[str]:
     records ``mg.batch_scaling``: every integer argument and output size that follows the batch
     (what re-instantiating the graph at a data-parallel rank's share of the batch needs,
     :mod:`galvatron_fx.passes.localize_batch`). Returns the set."""
-    return _mark(mg, probe.gm, probe.example_shapes[0][0])
+    origin = stamped_from(mg.gm)
+    return _mark(mg, probe.gm, probe.example_shapes[0][0], origin, paired_nodes(mg.gm, probe.gm, origin))
 
 
-def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
-    from torch.utils._pytree import tree_flatten
-
+def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int, origin: dict, pairs: dict) -> set[str]:
+    """:func:`mark_batched` against ``probe_gm`` with the nodes paired (:func:`paired_nodes`: op by
+    op on paired inputs, not by name: a batch of one can trace otherwise, a copy its contiguous
+    slice skips shifting every later name); a stamped node of ``origin`` is marked as its origin."""
     b = mg.example_shapes[0][0]
-    # the two graphs are paired op by op on paired inputs (not by name: a batch of one can trace
-    # otherwise, a copy its contiguous slice skips shifting every later name)
-    pairs = paired_nodes(mg.gm, probe_gm)
     unpaired = [n.name for n in mg.gm.graph.nodes if n not in pairs]
     out: set[str] = set()
     ints: dict[str, tuple[tuple[int, int], ...]] = {}
@@ -261,6 +313,16 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
         return v != w and v * b2 == w * b
 
     for n in mg.gm.graph.nodes:
+        o = origin.get(n)
+        if o is not None and n in pairs:  # a stamped copy: found as its origin was (the same op and constants)
+            for found in (ints, dims):
+                if o.name in found:
+                    found[n.name] = found[o.name]
+            if o.name in irregular:
+                irregular.add(n.name)
+            if o.name in out:
+                out.add(n.name)
+            continue
         m = pairs.get(n)  # (a pair is the same op)
         if m is None:
             irregular.add(n.name)
@@ -315,12 +377,16 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int) -> set[str]:
 _COPIES = (torch.ops.aten.contiguous.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default)
 
 
-def paired_nodes(gm: torch.fx.GraphModule, other: torch.fx.GraphModule) -> dict:
+def paired_nodes(gm: torch.fx.GraphModule, other: torch.fx.GraphModule, origin: dict | None = None) -> dict:
     """Node of ``gm`` -> the node of ``other`` (the same program traced at another batch) that
     computes the same: placeholders by name, every other node by its op and its inputs' pairs, in
     order, a node of the same name first among equals. A copy that only one graph makes is seen
     through (its readers pair with the other graph's readers of the value copied). Nodes without a
-    pair are left out."""
+    pair are left out. ``origin`` (a stamped node of ``gm`` -> the node it copies,
+    :func:`~galvatron_fx.passes.repeat_blocks.stamped_from`) pairs a copy with its origin's pair:
+    ``other`` may then hold the two traced blocks only, and what follows the blocks pairs through
+    the last copy as through block 1."""
+    origin = origin or {}
     def source(n, paired: bool):  # a value through the copies of it
         while n.op == "call_function" and n.target in _COPIES and n.args and isinstance(n.args[0], torch.fx.Node) \
                 and not (paired and n in pairs):
@@ -338,6 +404,11 @@ def paired_nodes(gm: torch.fx.GraphModule, other: torch.fx.GraphModule) -> dict:
     pairs: dict = {}
     used: set = set()
     for n in gm.graph.nodes:
+        o = origin.get(n)
+        if o is not None:
+            if o in pairs:
+                pairs[n] = pairs[o]
+            continue
         if n.op in ("placeholder", "get_attr"):
             m = named.get(n.name)
             if m is not None and m.op == n.op:

@@ -37,6 +37,7 @@ from galvatron_fx import shardings
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
+from galvatron_fx.passes.kernel_costs import kernel_bytes, kernel_flops
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
@@ -151,7 +152,21 @@ def _fake(val, device: str | None = "cpu") -> torch.Tensor:
 
 
 def _measure_forward(dl: DecomposedLayer) -> None:
-    """FLOPs and bytes of every decomposed node's forward kernel (fake tensors)."""
+    """FLOPs and bytes of every decomposed node's forward kernel: :func:`kernel_flops` and
+    :func:`kernel_bytes` of its op on the values the trace recorded (what :class:`CostCounter`
+    counts of the op run on them, without running it again: an unrolled scan's thousands of ops
+    cost seconds of fake-tensor dispatch). A graph with a value not recorded is run on fake tensors."""
+    calls = [n for n in dl.gm.graph.nodes if n.op == "call_function"]
+    if all("val" in a.meta for n in calls for a in (n, *n.all_input_nodes)):
+        val = lambda a: a.meta["val"]  # noqa: E731
+        for n in calls:
+            if not isinstance(n.target, torch._ops.OpOverload):  # (getitem: no kernel)
+                dl.fwd_flops[n.name] = dl.fwd_bytes[n.name] = 0
+                continue
+            args, kwargs = fx.node.map_arg(n.args, val), fx.node.map_arg(n.kwargs, val)
+            dl.fwd_flops[n.name] = kernel_flops(n.target, args, kwargs, n.meta["val"])
+            dl.fwd_bytes[n.name] = kernel_bytes(n.target, args, kwargs, n.meta["val"])
+        return
     env: dict[fx.Node, object] = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for n in dl.gm.graph.nodes:

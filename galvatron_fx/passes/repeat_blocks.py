@@ -43,6 +43,10 @@ except ImportError:  # pragma: no cover (a torch without it)
 log = logging.getLogger(__name__)
 
 MIN_BLOCKS = 4  # two are exported; folding pays from the third block on
+# a stamped node's meta key: ``(name, j)``: the node of the block before that it copies (block 1's
+# for a copy, block 0's for block 1's own: the stamp checked they are one program) and its block
+# ``j``. Whatever is found of the origin holds of the copy (:func:`stamped_from`)
+STAMPED_FROM = "stamped_from"
 _PLAIN = (bool, int, float, str, type(None))
 
 
@@ -121,8 +125,8 @@ def _undone(root: nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _truncated(root: nn.Module, lists: list[tuple[str, int]]) -> Iterator[None]:
-    """``root`` with each of ``lists`` cut to its first two blocks (restored on exit)."""
+def _truncated(root: nn.Module, lists: list[tuple[str, int]], blocks: int = 2) -> Iterator[None]:
+    """``root`` with each of ``lists`` cut to its first ``blocks`` blocks (restored on exit)."""
     saved = []
     try:
         for path, _ in lists:
@@ -130,7 +134,7 @@ def _truncated(root: nn.Module, lists: list[tuple[str, int]]) -> Iterator[None]:
             parent = root.get_submodule(parent_name) if parent_name else root
             full = parent._modules[attr]
             saved.append((parent, attr, full))
-            parent._modules[attr] = nn.ModuleList(list(full)[:2])
+            parent._modules[attr] = nn.ModuleList(list(full)[:blocks])
         yield
     finally:
         for parent, attr, full in reversed(saved):
@@ -164,6 +168,32 @@ def export_folded(root: nn.Module, export: Callable[[], object], lists: list[tup
         buffers_to_mutate=dict(sig.buffers_to_mutate), input_specs=list(sig.input_specs),
         user_outputs=[u.name if isinstance(u, fx.Node) else u for u in user])
     return SimpleNamespace(graph_module=gm, graph_signature=new_sig, call_spec=ep.call_spec, constants=ep.constants)
+
+
+def export_truncated(root: nn.Module, export: Callable[[], object], lists: list[tuple[str, int]],
+                     blocks: int = 2):
+    """``export()`` run on ``root`` with ``lists`` cut to ``blocks`` blocks, not stamped out: what
+    a graph stamped from the same blocks needs of another trace of them (the batch probe pairs
+    each stamped node through :func:`stamped_from`)."""
+    with _undone(root), _truncated(root, lists, blocks):
+        return export()
+
+
+def stamped_from(gm: fx.GraphModule, traced: int = 2) -> dict[fx.Node, fx.Node]:
+    """Node of block ``j >= traced`` of a stamped list of ``gm`` -> the node of block ``j - 1`` it
+    is a copy of (see :func:`stamp_blocks`; ``traced=1`` includes block 1's nodes, whose origin is
+    block 0's), for those whose origin is still in ``gm`` before them, with the same op and target
+    (a placeholder: the same op)."""
+    out: dict[fx.Node, fx.Node] = {}
+    named: dict[str, fx.Node] = {}
+    for n in gm.graph.nodes:
+        o, j = n.meta.get(STAMPED_FROM) or (None, 0)
+        if j >= traced:
+            m = named.get(o)
+            if m is not None and m.op == n.op and (n.op == "placeholder" or m.target == n.target):
+                out[n] = m
+        named[n.name] = n
+    return out
 
 
 def _block_of(n: fx.Node, path: str) -> int | None:
@@ -273,8 +303,11 @@ def stamp_blocks(gm: fx.GraphModule, path: str, n_blocks: int, params: dict[str,
                             name = re.sub(r"[^0-9a-zA-Z_]", "_", f"{kind}_{fqn}")
                             new = g.placeholder(name)
                             new.meta = dict(p1.meta)
+                            new.meta[STAMPED_FROM] = (p1.name, j)
                             table[new.name] = fqn
                             stamped_ph[(p1, j)] = new
+    for a, b in corr.items():  # block 1's own nodes are copies of block 0's too
+        env[b].meta[STAMPED_FROM] = (env[a].name, 1)
     new_gm = _StampedModule(gm, g)
     new_gm.meta.update(gm.meta)
     return new_gm
@@ -304,6 +337,7 @@ def _stamp(g: fx.Graph, b1: list[fx.Node], j: int, path: str, env: dict[fx.Node,
         stack = meta.get("nn_module_stack")
         if stack:
             meta["nn_module_stack"] = {ren(k): (ren(p), cls) for k, (p, cls) in stack.items()}
+        meta[STAMPED_FROM] = (b.name, j)
         new.meta = meta
         mine[b] = new
     return mine

@@ -32,6 +32,13 @@ def _program(mg) -> list[tuple]:
     return out
 
 
+def _scaling(mg) -> tuple:
+    """What the batch probe found, free of node names (in graph order)."""
+    bs, order = mg.batch_scaling, [n.name for n in mg.gm.graph.nodes]
+    return ([(i, bs.ints.get(x), bs.dims.get(x), x in bs.irregular, x in mg.batched) for i, x in enumerate(order)],
+            bs.batch, bs.probe_batch)
+
+
 def _both(model, args=(), kwargs=None, monkeypatch=None):
     """(capture folded, capture of the whole export) of ``model``."""
     folded = gfx.capture(model, args, example_kwargs=kwargs, annotate=False)
@@ -86,13 +93,47 @@ def test_alike_blocks_are_traced_once_and_stamped_to_the_whole_export(monkeypatc
     assert list(folded.params) == list(whole.params)
     assert [p.node for p in folded.params.values()] == [p.node for p in whole.params.values()]
     assert [l.name for l in folded.layers] == [l.name for l in whole.layers]
-    assert folded.batched == whole.batched and folded.batch_scaling.ints == whole.batch_scaling.ints
+    # the batch probe traced one block and marked every later one as the block it copies
+    assert "two blocks per list" not in caplog.text
+    assert folded.batched == whole.batched and _scaling(folded) == _scaling(whole)
     # the stamped graph computes the model's loss on its real weights
     weights = dict(model.named_parameters())
     feed = [weights[fqn] for fqn in (next(p.name for p in folded.params.values() if p.node == n.name)
                                      for n in folded.gm.graph.nodes if n.op == "placeholder" and n.name != "x")]
     loss = folded.gm(*feed, x)
     assert torch.allclose(loss[0] if isinstance(loss, (tuple, list)) else loss, model(x), rtol=1e-6)
+
+
+class Latent(Stack):
+    """Blocks run on a learned state of one row that the first block makes batched (its output
+    adds a per-sample bias): at a batch of one, block 0's input and block 1's have one shape."""
+
+    def __init__(self, d: int = 8):
+        super().__init__(d=d)
+        self.latent = nn.Parameter(torch.randn(1, d))
+
+    def forward(self, x):
+        h, bias = self.latent, self.inp(x).mean(-1, keepdim=True)
+        for b in self.blocks:
+            h = b(h, bias)
+        return self.out(h).square().mean()
+
+
+def test_a_probe_where_block_0_reads_otherwise_than_block_1_traces_two_blocks(monkeypatch, caplog):
+    """At the probe's batch block 0 reads the state of one row where block 1 reads a batched one:
+    marking block 1 as block 0 would be wrong, so the probe traces two blocks, and finds what the
+    whole export's probe finds."""
+    torch.manual_seed(0)
+    model, x = Latent(), torch.randn(1, 8)
+    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+        folded, whole = _both(model, (x,), monkeypatch=monkeypatch)
+    assert "stamped out" in caplog.text and "two blocks per list" in caplog.text, caplog.text
+    assert _program(folded) == _program(whole)
+    assert folded.batched == whole.batched and _scaling(folded) == _scaling(whole)
+    # one block would have marked block 1's values as block 0's: not batched
+    first = next(n for n in folded.gm.graph.nodes if (n.meta.get(repeat_blocks.STAMPED_FROM) or (0, 0))[1] == 1
+                 and n.op == "call_function" and n.name in folded.batched)
+    assert first.meta[repeat_blocks.STAMPED_FROM][0] not in folded.batched
 
 
 @pytest.mark.parametrize("case", ["side_by_side", "scale_by_index"])
@@ -125,6 +166,7 @@ def test_hf_blocks_are_stamped_to_the_whole_export(family, monkeypatch, caplog):
     assert "stamped out" in caplog.text
     assert _program(folded) == _program(whole)
     assert list(folded.params) == list(whole.params) and folded.batched == whole.batched
+    assert _scaling(folded) == _scaling(whole) and "two blocks per list" not in caplog.text
 
 
 def test_a_refused_fold_leaves_the_model_as_it_was(monkeypatch, caplog):
