@@ -303,9 +303,17 @@ def stamp_blocks(gm: fx.GraphModule, path: str, n_blocks: int, params: dict[str,
                             name = re.sub(r"[^0-9a-zA-Z_]", "_", f"{kind}_{fqn}")
                             new = g.placeholder(name)
                             new.meta = dict(p1.meta)
-                            new.meta[STAMPED_FROM] = (p1.name, j)
+                            new.meta[STAMPED_FROM] = (env[p1].name, j)
                             table[new.name] = fqn
                             stamped_ph[(p1, j)] = new
+    # the origins a list stamped before names, under this graph's names (a copy's fresh names can
+    # rename the nodes after it)
+    renamed = {old.name: new.name for old, new in env.items() if old.name != new.name}
+    if renamed:
+        for new in env.values():  # (the copies of this graph's nodes: this stamp's marks name new nodes)
+            o = new.meta.get(STAMPED_FROM)
+            if o is not None and o[0] in renamed:
+                new.meta[STAMPED_FROM] = (renamed[o[0]], o[1])
     for a, b in corr.items():  # block 1's own nodes are copies of block 0's too
         env[b].meta[STAMPED_FROM] = (env[a].name, 1)
     new_gm = _StampedModule(gm, g)
@@ -337,7 +345,7 @@ def _stamp(g: fx.Graph, b1: list[fx.Node], j: int, path: str, env: dict[fx.Node,
         stack = meta.get("nn_module_stack")
         if stack:
             meta["nn_module_stack"] = {ren(k): (ren(p), cls) for k, (p, cls) in stack.items()}
-        meta[STAMPED_FROM] = (b.name, j)
+        meta[STAMPED_FROM] = (env[b].name, j)
         new.meta = meta
         mine[b] = new
     return mine

@@ -155,10 +155,13 @@ def test_blocks_differing_in_a_plain_attribute_are_not_alike():
     assert repeat_blocks.repeated_lists(shared) == []
 
 
-@pytest.mark.parametrize("family", ["mamba", "llama"])
+@pytest.mark.parametrize("family", ["mamba", "llama", "clip"])
 def test_hf_blocks_are_stamped_to_the_whole_export(family, monkeypatch, caplog):
+    """(CLIP: two lists, the text model's stamped first though the vision model runs first: the
+    second stamp renames the text nodes after its copies, and the marks follow the names.)"""
     cfg = hf_tiny.config(family)
-    cfg.num_hidden_layers = 4
+    for c in (cfg.text_config, cfg.vision_config) if family == "clip" else (cfg,):
+        c.num_hidden_layers = 4
     torch.manual_seed(0)
     model, batch = hf_tiny.model_class(family)(cfg).train(), hf_tiny.batch(family, 4, seed=1)
     with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
