@@ -22,10 +22,14 @@ demo: venv
 	$(VPY) examples/demo.py
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc-per-node 4 examples/train.py
 
+LINTED := galvatron_fx tests benchmarks examples
+
 test: venv
+	$(VENV)/bin/ruff check $(LINTED)
 	$(VPY) -m pytest -q -ra tests
 
 test-fast: venv
+	$(VENV)/bin/ruff check $(LINTED)
 	$(VPY) -m pytest -q -ra -m "not slow" tests
 
 # every benchmark; each prints a table and writes benchmarks/results/<name>.json (~20 min)

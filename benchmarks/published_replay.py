@@ -102,7 +102,6 @@ def _published_step_s(row: dict) -> float | None:
 
 
 def _model(row: dict):
-    from galvatron_fx import zoo
 
     mo = row["model"]
     if mo["family"] == "gpt":

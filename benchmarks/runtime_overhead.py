@@ -123,10 +123,9 @@ def _hand_written(model, strategy: str):
 
 def _worker(rank: int, world: int, port: int, tmp: str, strategies: list[str], steps: int, warmup: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "dist"))
-    from harness import init_gloo
-
     import torch
     import torch.distributed as dist
+    from harness import init_gloo
 
     import galvatron_fx as gfx
     from galvatron_fx import zoo
@@ -144,7 +143,7 @@ def _worker(rank: int, world: int, port: int, tmp: str, strategies: list[str], s
         pm = ParallelModule(copy.deepcopy(model), mg, _plan(mg, strategy))
         opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
         build_s = time.perf_counter() - t0
-        runners = {"emitted": lambda b: pm.train_step(b, opt), "hand": _hand_written(copy.deepcopy(model), strategy)}
+        runners = {"emitted": lambda b, pm=pm, opt=opt: pm.train_step(b, opt), "hand": _hand_written(copy.deepcopy(model), strategy)}
         losses = {k: [] for k in runners}
         times = {k: [] for k in runners}
         order = list(runners)

@@ -137,7 +137,7 @@ def _worker(rank: int, world: int, port: int, steps: int, out: dict) -> None:
             t0 = time.perf_counter()
             pm.train_step(b, opt)
             times.append(time.perf_counter() - t0)
-        saved, val = _saved_bytes(lambda: pm(*batches[0]))
+        saved, val = _saved_bytes(lambda pm=pm: pm(*batches[0]))
         val.backward()
         opt.zero_grad(set_to_none=True)
         lp = pm.plan.layers[-1].placements

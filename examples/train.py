@@ -122,9 +122,8 @@ class ProgressBar:
 
 def hardware(world: int, cache_dir: str | None) -> tuple[gfx.Cluster, str]:
     """This machine as a cluster: the cached profile if there is one, else a quick fresh one."""
-    from galvatron_fx.profiler.hardware import profile_hardware
-
     from galvatron_fx.local_cluster import cached_profile
+    from galvatron_fx.profiler.hardware import profile_hardware
 
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{local_fingerprint(world)}.json"
     trusted = [cached_profile(world, cache_dir) if is_main() else None]

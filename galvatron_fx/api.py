@@ -44,8 +44,8 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan, cluster_differences, model_mismatch
 from galvatron_fx.runtime.guard import PLANNING_TIMEOUT, StepGuard, agree, patience, set_timeout
 from galvatron_fx.runtime.local_inputs import check_inputs_mode
-from galvatron_fx.runtime.precision import runtime_model as _runtime_model
 from galvatron_fx.runtime.parallel_module import ParallelModule
+from galvatron_fx.runtime.precision import runtime_model as _runtime_model
 
 log = logging.getLogger(__name__)
 _QUIET = contextvars.ContextVar("galvatron_fx_quiet", default=False)

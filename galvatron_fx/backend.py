@@ -65,8 +65,8 @@ import functools
 import logging
 import math
 import os
-import weakref
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,14 +80,20 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 
+from galvatron_fx.api import plan_on_rank0
 from galvatron_fx.cluster import Cluster
-from galvatron_fx.dynamo_graph import (_USE_COMPILE, BACKEND_NAME, GraphSignature, check_whole_graph, source_path,
-                                       to_shell)
+from galvatron_fx.dynamo_graph import (
+    _USE_COMPILE,
+    BACKEND_NAME,
+    GraphSignature,
+    check_whole_graph,
+    source_path,
+    to_shell,
+)
 from galvatron_fx.errors import CaptureError, ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType
 from galvatron_fx.search.candidates import SearchSpace
-from galvatron_fx.api import plan_on_rank0
 
 if TYPE_CHECKING:
     from galvatron_fx.runtime.parallel_module import ParallelModule
@@ -394,8 +400,8 @@ class _Parallel:
         return self.pm.forward_all(*inputs)  # the loss, and the other outputs gathered whole
 
     def _build(self, args) -> None:
-        from galvatron_fx.capture import capture
         from galvatron_fx.api import check_same_plan
+        from galvatron_fx.capture import capture
         from galvatron_fx.runtime.parallel_module import ParallelModule
 
         world, rank = dist.get_world_size(), dist.get_rank()

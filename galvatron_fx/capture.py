@@ -40,8 +40,14 @@ from torch.utils._pytree import tree_flatten
 from galvatron_fx.errors import CaptureError, UnsupportedModelError
 from galvatron_fx.ir.graph import BatchScaling, InputInfo, ModelGraph, ParamInfo, dtype_name
 from galvatron_fx.passes.localize_batch import quiet_fake_tensor_log
-from galvatron_fx.passes.repeat_blocks import (STAMPED_FROM, NoFold, export_folded, export_truncated, repeated_lists,
-                                              stamped_from)
+from galvatron_fx.passes.repeat_blocks import (
+    STAMPED_FROM,
+    NoFold,
+    export_folded,
+    export_truncated,
+    repeated_lists,
+    stamped_from,
+)
 from galvatron_fx.passes.runner import PassContext, run_passes
 
 log = logging.getLogger(__name__)

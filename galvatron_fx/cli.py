@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def version() -> str:
     """``galvatron-fx X (torch Y, Python Z)`` from the installed packages' metadata (no torch import)."""
-    from importlib.metadata import PackageNotFoundError, version as installed
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
 
     def of(name: str) -> str:
         try:

@@ -11,11 +11,10 @@ import argparse
 import json
 import sys
 import time
-
 from typing import TYPE_CHECKING
 
 from galvatron_fx.fmt import fmt_bytes, fmt_count, format_table  # noqa: F401 (re-exported)
-from galvatron_fx.ir.meta import facts, tensor_bytes
+from galvatron_fx.ir.meta import facts
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.graph import ModelGraph

@@ -12,8 +12,14 @@ from pathlib import Path
 from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster, DeviceSpec, LinkTier, TierName, _cluster_from_dict
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import (cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, local_fingerprint,
-                               make_fingerprint)
+from galvatron_fx.host import (
+    cpu_model,
+    default_cache_dir,
+    fingerprint_fields,
+    host_memory_bytes,
+    local_fingerprint,
+    make_fingerprint,
+)
 
 logger = logging.getLogger("galvatron_fx.cluster")
 

@@ -12,9 +12,10 @@ plan priced, 1 when it does not (the differences are printed), 2 on bad input.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
+
 
 def _seq_of(plan) -> int | None:
     inputs = (plan.graph or {}).get("inputs") if isinstance(plan.graph, dict) else None

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from galvatron_fx.limits import read_json
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.limits import read_json
 
 _HF_AUTO = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM")
 DEFAULT_HF_SEQ = 2048  # an HF config's sequence when none is given: min(this, max_position_embeddings)

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import load_json, read_json
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds
 from galvatron_fx.ir.plan_report import efficiency_line, group_ranks, group_text, layer_runs, node_of, run_name
+from galvatron_fx.limits import load_json, read_json
 
 __all__ = ["read_run", "render", "run_cli", "write"]
 

@@ -25,8 +25,11 @@ import torch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
 from torch.distributed.tensor._ops._tensor_ops import propagate_single_input_strategy
-from torch.distributed.tensor._ops.utils import (expand_to_full_mesh_op_strategy, generate_redistribute_costs,
-                                                register_op_strategy)
+from torch.distributed.tensor._ops.utils import (
+    expand_to_full_mesh_op_strategy,
+    generate_redistribute_costs,
+    register_op_strategy,
+)
 from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
 
 from galvatron_fx import attention  # noqa: F401 (its ops and their rules)

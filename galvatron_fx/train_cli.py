@@ -60,6 +60,7 @@ from galvatron_fx.commands import default_precision, offload_space
 from galvatron_fx.errors import ConfigError, NonFiniteLossError
 from galvatron_fx.run_config import IMPORTABLE, RunConfig
 
+
 def resolve_run(args: argparse.Namespace) -> RunConfig:
     """Defaults, then the run config file's keys, then its ``--section.key`` overrides, then the
     flags given; checked (:mod:`galvatron_fx.run_config`)."""
@@ -211,7 +212,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
     import torch
 
-    from galvatron_fx.api import _resized, compile as gfx_compile
+    from galvatron_fx.api import _resized
+    from galvatron_fx.api import compile as gfx_compile
     from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.ir.strategy import Precision
     from galvatron_fx.runtime import efficiency
@@ -325,7 +327,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 trace = out / f"step_trace.rank{rank}.json" if not slowed else None
                 if trace is not None:
                     out.mkdir(parents=True, exist_ok=True)
-                (loss, norm), busy, dt = efficiency.profiled(lambda: step_fn(b), trace=trace)
+                (loss, norm), busy, dt = efficiency.profiled(lambda b=b: step_fn(b), trace=trace)
                 density = efficiency.stage_density(busy / dt, plan.stage_ranks)
                 densities += [density] if density else []
                 slowed.append(dt)

@@ -380,10 +380,7 @@ def simulate(
                 held_bytes -= act[s]
         max_in_flight.append(top)
         peak_bytes.append(static[r] + top_bytes)
-    if step_time_s > 0.0:
-        bubble = sum(step_time_s - b for b in busy) / (p * step_time_s)
-    else:
-        bubble = 0.0
+    bubble = sum(step_time_s - b for b in busy) / (p * step_time_s) if step_time_s > 0.0 else 0.0
     timeline = None
     if events is not None:
         events.sort(key=lambda e: (e.start_s, e.rank))

@@ -137,9 +137,8 @@ def check_layer_placements(layer: str, placements: Mapping[str, str], gm: fx.Gra
     problems = []
     for n in gm.graph.nodes:
         s = placements.get(n.name)
-        if s is not None and n.op in ("placeholder", "call_function"):
-            if (problem := _node_problem(n, s)) is not None:
-                problems.append(f"node {n.name!r} has placement {s!r}{problem}")
+        if s is not None and n.op in ("placeholder", "call_function") and (problem := _node_problem(n, s)) is not None:
+            problems.append(f"node {n.name!r} has placement {s!r}{problem}")
     if problems:
         more = f"; … {len(problems) - 3} more" if len(problems) > 3 else ""
         raise ConfigError(f"plan layer {layer!r}: " + "; ".join(problems[:3]) + more

@@ -69,6 +69,7 @@ invariants in :mod:`~galvatron_fx.ir.plan_schema`, ``explain`` / ``diff`` format
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -90,12 +91,10 @@ from galvatron_fx.ir.plan_schema import (
     _OPTIONAL_TOP_KEYS,
     _REPLAN,
     _TOP_KEYS,
-    PRECISIONS,
-    SCHEDULES,
     SCHEMA_VERSION,
+    _check_invariants,
     _FieldError,
     _InvalidPlan,
-    _check_invariants,
     _parse_plan,
     _problems_message,
 )
@@ -248,10 +247,8 @@ class ParallelPlan:
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; a plan is meant to be shared
             os.replace(tmp, path)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
             raise
         logger.info("saved plan %s to %s", self.plan_hash()[:12], path)
         return path

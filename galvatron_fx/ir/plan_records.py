@@ -19,7 +19,6 @@ Units
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass, field
 
 from galvatron_fx.ir.graph import LayerRole

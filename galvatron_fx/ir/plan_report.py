@@ -244,7 +244,7 @@ def _explain_plan(plan: ParallelPlan) -> str:
     for run in layer_runs(plan.layers):
         first = run[0]
         n = len(run)
-        def mean(f: str) -> float:
+        def mean(f: str, run=run, n=n) -> float:
             return sum(getattr(lp.predicted, f) for lp in run) / n
 
         mem = max(lp.predicted.memory_bytes for lp in run)

@@ -35,10 +35,9 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._pytree import tree_flatten
-from torch.utils.checkpoint import _StopRecomputationError
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.checkpoint import _StopRecomputationError
 
 from galvatron_fx.attention import sdpa_or_biased
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
@@ -365,10 +364,9 @@ def _measure_variant(run, inputs: list, mode: Recompute, owned_input_bytes: int,
              if key not in out_keys and not ref.expired()]
     log.debug("%s: %d storages alive after forward: %s", mode, len(alive), [b for _, b in alive])
     retained = sum(b for _, b in alive)
-    if mode == Recompute.NONE:
-        kept_inputs = 0  # inputs the ops save are already among the retained storages' readers
-    else:
-        kept_inputs = owned_input_bytes  # the checkpoint holds every input until backward
+    # without recomputation the inputs the ops save are among the retained storages already; a
+    # checkpoint holds every input until backward
+    kept_inputs = 0 if mode == Recompute.NONE else owned_input_bytes
     grads_of = [o for o in tree_flatten(outs)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
     bwd_flops = bwd_bytes = transient = 0
     if grads_of and leaves:
@@ -524,7 +522,7 @@ def annotate_costs_pass(gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
     held: set[str] = set()  # layer outputs their producer saves itself: no reader holds them again
     variants: dict[str, dict[str, _Variant]] = {}
     writes = written_through(gm)
-    for kind, layers in mg.kinds().items():
+    for _kind, layers in mg.kinds().items():
         first = layers[0]
         costs, saved, kind_variants, own = _measure_layer(first, gm, by_name, rg, param_nodes, shared | held,
                                                           failures, stateful=writes_state(gm, set(first.node_names),

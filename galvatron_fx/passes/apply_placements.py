@@ -43,13 +43,21 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten, tree_map
 
-from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
-from galvatron_fx import vocab_parallel
+from galvatron_fx import (
+    shardings,  # noqa: F401 (registers our DTensor rules)
+    vocab_parallel,
+)
 from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.ir.placements import NodePlacement, pstr
 from galvatron_fx.passes.decompose_layer import DecomposedLayer
-from galvatron_fx.passes.layout_autograd import (_AsDTensor, _grad_together, _move_on_tp, _storage, _sum_grad_here,
-                                                 _to_partial)
+from galvatron_fx.passes.layout_autograd import (
+    _AsDTensor,
+    _grad_together,
+    _move_on_tp,
+    _storage,
+    _sum_grad_here,
+    _to_partial,
+)
 from galvatron_fx.passes.runner import PassContext, graph_pass
 from galvatron_fx.passes.state_writes import HIDDEN_WRITES, written_through  # noqa: F401 (re-exported)
 from galvatron_fx.passes.trace_layer import Trace, trace_local, trace_placed

@@ -84,7 +84,7 @@ def bucket_gradients_pass(program, ctx: PassContext):
         if str(st.dp_type) != "ddp":
             cdt = g.compute_dtype
             gathered = reduced = 0
-            for fqn, tp_p, shape, dtype, _ in trainable:
+            for _fqn, tp_p, shape, dtype, _ in trainable:
                 numel = math.prod(_local_shape(shape, tp_p, st.tp))
                 gathered += numel * (cdt if cdt is not None and dtype.is_floating_point else dtype).itemsize
                 reduced += numel * (reduce_dtype if dtype.is_floating_point else dtype).itemsize

@@ -137,7 +137,7 @@ def fold_input_reductions(fw: fx.GraphModule, whole_ok: dict[fx.Node, tuple[int,
                 if n.target in _VIEWS:
                     env[n] = env[n.args[0]]  # flat already: one element order
                     continue
-                new = fw.graph.node_copy(n, lambda a: env[a])
+                new = fw.graph.node_copy(n, env.__getitem__)
                 new.meta["val"] = n.target(*fx.node.map_arg(new.args, lambda a: a.meta["val"]),
                                            **fx.node.map_arg(new.kwargs, lambda a: a.meta["val"]))
                 env[n] = new

@@ -100,37 +100,36 @@ def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
     by_name = mg.nodes_by_name()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     vals: dict[fx.Node, object] = {}
-    with quiet_fake_tensor_log():
-        with mode:
-            for n in gm.graph.nodes:
-                if n.op == "placeholder":
-                    v = by_name[n.name].meta["val"]
-                    if not isinstance(v, torch.Tensor):
-                        vals[n] = v
-                        continue
-                    shape = list(v.shape)
-                    for d in (s.dims.get(n.name) or ((),))[0]:
-                        local = s.scales(int(shape[d]), batch)
-                        if local is None:
-                            raise ValueError(f"input {n.name}: dim {d} of {tuple(shape)} does not scale to {batch}")
-                        shape[d] = local
-                    vals[n] = torch.empty(shape, dtype=v.dtype, device=v.device)
-                elif n.op == "get_attr":
-                    vals[n] = getattr(gm, n.target)
-                elif n.op == "call_function":
-                    if n.name in failed or any(a.name in failed for a in n.all_input_nodes):
-                        failed.add(n.name)
-                        continue
-                    args = fx.node.map_arg(n.args, vals.__getitem__)
-                    kwargs = fx.node.map_arg(n.kwargs, vals.__getitem__)
-                    try:
-                        vals[n] = n.target(*args, **kwargs)
-                    except Exception:
-                        failed.add(n.name)
-                        continue
-                else:
+    with quiet_fake_tensor_log(), mode:
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                v = by_name[n.name].meta["val"]
+                if not isinstance(v, torch.Tensor):
+                    vals[n] = v
                     continue
-                n.meta["val"] = vals[n]
+                shape = list(v.shape)
+                for d in (s.dims.get(n.name) or ((),))[0]:
+                    local = s.scales(int(shape[d]), batch)
+                    if local is None:
+                        raise ValueError(f"input {n.name}: dim {d} of {tuple(shape)} does not scale to {batch}")
+                    shape[d] = local
+                vals[n] = torch.empty(shape, dtype=v.dtype, device=v.device)
+            elif n.op == "get_attr":
+                vals[n] = getattr(gm, n.target)
+            elif n.op == "call_function":
+                if n.name in failed or any(a.name in failed for a in n.all_input_nodes):
+                    failed.add(n.name)
+                    continue
+                args = fx.node.map_arg(n.args, vals.__getitem__)
+                kwargs = fx.node.map_arg(n.kwargs, vals.__getitem__)
+                try:
+                    vals[n] = n.target(*args, **kwargs)
+                except Exception:
+                    failed.add(n.name)
+                    continue
+            else:
+                continue
+            n.meta["val"] = vals[n]
     gm.meta["gfx_not_local"] = failed
     return dataclasses.replace(mg, gm=gm, exported=None,
                                example_shapes=[(batch, *shape[1:]) for shape in mg.example_shapes])

@@ -57,8 +57,8 @@ from galvatron_fx.passes.mark_recompute import mark_recompute_pass
 from galvatron_fx.passes.partition_graphs import partition_graphs_pass
 from galvatron_fx.passes.runner import PassContext, run_passes
 from galvatron_fx.passes.schedule_collectives import schedule_collectives_pass
-from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.passes.split_stages import split_stages_pass
+from galvatron_fx.passes.state_writes import stateful_kinds
 
 log = logging.getLogger(__name__)
 

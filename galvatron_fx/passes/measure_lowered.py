@@ -168,7 +168,7 @@ def comm_events(lg) -> tuple[CommEvent, ...]:
             per_sample = x not in fixed and n not in fixed and x.meta["val"].numel() > 1
             out.append(CommEvent(phase, f"lowered:{n.target._opname}{list(x.meta['val'].shape)}", op, int(nbytes),
                                  0.0, per_sample=per_sample))
-    for i, op, group in lg.hoisted:
+    for i, _op, _group in lg.hoisted:
         out.append(CommEvent("bwd", f"lowered:hoisted[{i}]", "all_reduce", _hoisted_bytes(lg, i), 0.0, per_sample=False))
     return tuple(out)
 

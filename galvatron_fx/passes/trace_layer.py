@@ -14,6 +14,7 @@ inputs and outputs, which outputs need a gradient and the outputs that are not t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import torch
 import torch.fx as fx
 from torch.distributed.device_mesh import DeviceMesh

@@ -36,11 +36,23 @@ import sys
 import time
 from collections.abc import Sequence
 
+from galvatron_fx.cost_models.cpu_runtime import (
+    CPURuntimeCalibration,
+    CPURuntimeCostModel,
+    cache_path,
+    machine_fingerprint,
+    read_cache,
+)
 from galvatron_fx.local_cluster import default_local_cpu
-from galvatron_fx.cost_models.cpu_runtime import (CPURuntimeCalibration, CPURuntimeCostModel, cache_path,
-                                                   machine_fingerprint, read_cache)
-from galvatron_fx.profiler.cpu_probe import (PROBE_PLANS, _probe_model, fit_rates, fit_runtime_overhead,
-                                             measure_collectives, measure_slowdown, probe_plan_space)
+from galvatron_fx.profiler.cpu_probe import (
+    PROBE_PLANS,
+    _probe_model,
+    fit_rates,
+    fit_runtime_overhead,
+    measure_collectives,
+    measure_slowdown,
+    probe_plan_space,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -47,10 +47,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.cpu_runtime import PROBE
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.local_cluster import default_local_cpu
 
 __all__ = ["COLLECTIVE_SIZES", "PROBE_PLANS", "fit_rates", "fit_runtime_overhead", "measure_collectives",
            "measure_slowdown", "probe_plan_space", "time_concurrent"]

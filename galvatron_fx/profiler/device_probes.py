@@ -50,13 +50,13 @@ def measure_compute(device, sync, matmul_sizes, dtypes, seq_lens, repeats, bar) 
         for m in matmul_sizes:
             a = torch.randn(m, m, device=device, dtype=dt)
             b = torch.randn(m, m, device=device, dtype=dt)
-            t = timed(lambda: a @ b, 1, repeats, sync)
+            t = timed(lambda a=a, b=b: a @ b, 1, repeats, sync)
             rows.append(dict(op="matmul", size=m, dtype=dt_name, time_s=t, flops_s=2 * m**3 / t))
             bar.step(f"matmul {m} {dt_name}")
         for seq in seq_lens:
             heads, d = 8, 64
             q, k, v = (torch.randn(1, heads, seq, d, device=device, dtype=dt) for _ in range(3))
-            t = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, repeats, sync)
+            t = timed(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, repeats, sync)
             flops = 4 * heads * seq * seq * d // 2  # causal: half the score matrix
             rows.append(dict(op="attention", size=seq, dtype=dt_name, time_s=t, flops_s=flops / t))
             bar.step(f"attention T={seq} {dt_name}")
@@ -122,8 +122,8 @@ def measure_host_tier(device, sync, repeats: int) -> list[dict]:
     n = HOST_COPY_BYTES // 4
     host = torch.empty(n, dtype=torch.float32, pin_memory=True)
     dev = torch.empty(n, dtype=torch.float32, device=device)
-    h2d = timed(lambda: dev.copy_(host, non_blocking=True), 1, repeats, sync)
-    d2h = timed(lambda: host.copy_(dev, non_blocking=True), 1, repeats, sync)
+    h2d = timed(lambda dev=dev: dev.copy_(host, non_blocking=True), 1, repeats, sync)
+    d2h = timed(lambda dev=dev: host.copy_(dev, non_blocking=True), 1, repeats, sync)
     del dev
     params = [torch.nn.Parameter(torch.zeros(HOST_OPTIMIZER_NUMEL // 16)) for _ in range(16)]
     for q in params:

@@ -28,9 +28,8 @@ context before the first communicator, and one new communicator's buffers (row `
 
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
+import dataclasses
 import logging
 import os
 import statistics
@@ -61,8 +60,8 @@ from galvatron_fx.profiler.hardware_profile import (
     matmul_peaks,
     node_kinds,
     node_rate,
-    slow_node_links,
     profile_from_dict,
+    slow_node_links,
 )
 from galvatron_fx.progress import Progress
 

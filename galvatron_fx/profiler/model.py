@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
@@ -53,9 +52,9 @@ from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
-from galvatron_fx.limits import read_json
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
+from galvatron_fx.limits import read_json
 from galvatron_fx.progress import Progress
 
 logger = logging.getLogger(__name__)

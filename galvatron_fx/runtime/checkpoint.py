@@ -78,12 +78,38 @@ from torch.distributed.tensor import DTensor
 from torch.nn.modules.module import _IncompatibleKeys
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.runtime.checkpoint_files import (_DCP_METADATA, FORMAT, MANIFEST, PLAN, TRAINER, VERSION,
-                                                   _check_metadata, _check_target, _describe, _finish, _names,
-                                                   _Reader, _resolve, read_dcp_metadata, read_manifest, verify)
-from galvatron_fx.runtime.checkpoint_slots import (_bodies, _buffers, _copy_whole, _is_elementwise,
-                                                   _optimizer_slots, _reshard_fsdp, _set_full, _Slot, _slots,
-                                                   _unused, _view, _whole)
+from galvatron_fx.runtime.checkpoint_files import (
+    _DCP_METADATA,
+    FORMAT,
+    MANIFEST,
+    PLAN,
+    TRAINER,
+    VERSION,
+    _check_metadata,
+    _check_target,
+    _describe,
+    _finish,
+    _names,
+    _Reader,
+    _resolve,
+    read_dcp_metadata,
+    read_manifest,
+    verify,
+)
+from galvatron_fx.runtime.checkpoint_slots import (
+    _bodies,
+    _buffers,
+    _copy_whole,
+    _is_elementwise,
+    _optimizer_slots,
+    _reshard_fsdp,
+    _set_full,
+    _Slot,
+    _slots,
+    _unused,
+    _view,
+    _whole,
+)
 from galvatron_fx.runtime.guard import guarded
 
 if TYPE_CHECKING:

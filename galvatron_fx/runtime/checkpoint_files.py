@@ -34,6 +34,7 @@ missing (a crash between the two renames).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -92,10 +93,8 @@ def _fsync_file(path: Path) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory; the renames are still ordered
         _fsync_file(path)
-    except OSError:  # some filesystems cannot fsync a directory; the renames are still ordered
-        pass
 
 
 def _write_json(path: Path, data: dict) -> None:

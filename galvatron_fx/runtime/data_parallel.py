@@ -271,7 +271,7 @@ class DataParallelMixin:
         for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
             if ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
                 continue
-            for k in ex.params.keys():
+            for k in ex.params:
                 if ex.fsdp and k not in ex._fsdp_ignored:  # (FSDP reduce-scatters its own)
                     continue
                 p = ex.grad_param(k)

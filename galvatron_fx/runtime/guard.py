@@ -22,6 +22,7 @@ unless torchrun's agent holds it) is named.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -309,10 +310,8 @@ def _diagnose(e: BaseException, seq: int, where: str) -> RankFailureError:
             f"{head}; the rendezvous store does not answer either ({type(se).__name__}): its host (rank 0, unless "
             "torchrun's agent holds it) has probably stopped or died." + tail)
     finally:
-        try:
+        with contextlib.suppress(Exception):  # already reported above
             store.set_timeout(timeout)
-        except Exception:  # already reported above
-            pass
     silent = behind or sorted(set(range(world)) - posted)
     if not silent:
         return RankFailureError(f"{head}; every rank reports a failed collective in this section (a network "

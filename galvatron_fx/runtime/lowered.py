@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import copy
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces, simple_form
 from galvatron_fx.runtime.graph_code import graph_callable
+
+if TYPE_CHECKING:  # (layer_exec imports this module)
+    from galvatron_fx.runtime.layer_exec import LayerExecutor
 
 log = logging.getLogger(__name__)
 

@@ -48,13 +48,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import operator
 import warnings
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-import torch.fx as fx
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -64,24 +62,23 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.passes.apply_placements import option_from_plan
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 from galvatron_fx.passes.lower_program import lower as lower_program
-from galvatron_fx.runtime.layer_exec import LayerExecutor
-from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
+from galvatron_fx.recompute import checkpoint_fn
+from galvatron_fx.runtime import quiet_logs
+from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
-from galvatron_fx.runtime import quiet_logs
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.local_inputs import LocalInputs
-from galvatron_fx.runtime.shapes import ShapeVariants
-from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop, finish_step
+from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
-from galvatron_fx.runtime.adaptive import AdaptiveMixin
+from galvatron_fx.runtime.shapes import ShapeVariants
+from galvatron_fx.runtime.user_loop import SyncOnBackward, UserLoop, finish_step
 from galvatron_fx.runtime.weights import WeightsOut
-from galvatron_fx.ir.layer_option import LayerOption
-from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 
 log = logging.getLogger(__name__)
 

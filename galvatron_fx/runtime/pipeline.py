@@ -45,10 +45,9 @@ Algorithm:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -60,14 +59,14 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.passes.decompose_layer import requires_grad_values
-from galvatron_fx.runtime.guard import StepGuard
-from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
-from galvatron_fx.runtime.local_inputs import LocalInputs
-from galvatron_fx.runtime.grad_norm import clip_grad_norm_
-from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
-from galvatron_fx.runtime.user_loop import UserLoop, finish_step
-from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
+from galvatron_fx.runtime.grad_norm import clip_grad_norm_
+from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.local_inputs import LocalInputs
+from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
+from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
+from galvatron_fx.runtime.precision import LossScaler
+from galvatron_fx.runtime.user_loop import UserLoop, finish_step
 from galvatron_fx.runtime.weights import WeightsOut
 from galvatron_fx.topology import runnable
 
@@ -464,7 +463,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         """Each chunk's own sync, then weights tied across chunks summed over the pp group."""
         for ch in self.chunks:
             ch.body.sync_grads()
-        for fqn, shape, copies in self._cross_tied:
+        for _fqn, shape, copies in self._cross_tied:
             total = torch.zeros(shape, device=self.device)
             for hits in copies:  # a chunk's copies are equal after its own sync: count one
                 grads = [g for g in (ex.full_grad(k) for ex, k in hits) if g is not None]

@@ -40,8 +40,13 @@ class PipelineShapes(BatchShapes):
         inputs such as targets would hold garbage). Fewer micro-batches than a 1F1B schedule
         takes (``m`` < stages, or not whole rounds of the interleaved one: a smaller batch) run
         as GPipe, which computes the same."""
-        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                                  ScheduleLoopedBFS)
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+            ScheduleLoopedBFS,
+        )
 
         nchunks = len(self.plan.chunk_layers())
         stages = []

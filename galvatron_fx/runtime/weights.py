@@ -179,7 +179,8 @@ def save_hf_pretrained(state: dict[str, torch.Tensor], hf_config: str | os.PathL
                        *, overwrite: bool = False) -> Path:
     """A Hugging Face ``save_pretrained`` directory of the model ``hf_config`` describes, holding
     ``state`` (from :func:`read_checkpoint_weights` or ``pm.state_dict()``)."""
-    from galvatron_fx.model_source import hf_config as read_config, hf_model_class
+    from galvatron_fx.model_source import hf_config as read_config
+    from galvatron_fx.model_source import hf_model_class
 
     config = read_config(hf_config)
     with torch.device("meta"):

@@ -36,7 +36,6 @@ from galvatron_fx.cost_models.memory import (
     tensor_budget_bytes,
 )
 from galvatron_fx.fmt import fmt_bytes
-from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import (
     Alternative,
@@ -48,6 +47,7 @@ from galvatron_fx.ir.plan import (
     graph_hash,
     graph_summary,
 )
+from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.strategy import DPType, Precision
 from galvatron_fx.search.candidates import LayerChoice
 

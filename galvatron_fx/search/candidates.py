@@ -56,20 +56,27 @@ from torch.distributed.tensor import Shard as TorchShard
 
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.memory import LayerMemory, TPShard
+from galvatron_fx.cost_models.offload import can_offload, offload_cost
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
-from galvatron_fx.cost_models.offload import can_offload, offload_cost
-from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
-from galvatron_fx.recompute import Recompute
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
+from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
 from galvatron_fx.passes.segment_layers import kind_hash
 from galvatron_fx.passes.state_writes import stateful_kinds
+from galvatron_fx.recompute import Recompute
+from galvatron_fx.search.choice_costs import (
+    at_rank,
+    bucket_share_s,
+    comm_s,
+    ddp_wire,
+    fsdp_comm_s,
+    optimizer_s,
+    slowest,
+)
 from galvatron_fx.search.intra_layer import solve_intra_layer
-from galvatron_fx.search.placement_ilp import solver_job
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
-from galvatron_fx.search.choice_costs import (at_rank, bucket_share_s, comm_s, ddp_wire, fsdp_comm_s, optimizer_s,
-                                              slowest)
+from galvatron_fx.search.placement_ilp import solver_job
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
 
 log = logging.getLogger(__name__)

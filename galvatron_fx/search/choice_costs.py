@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from galvatron_fx.cluster import Collective
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.grad_sync import wire_entry
-from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.grad_comm import GradComm
+from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.strategy import DPType
 
 

@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 
+
 def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx import model_source
     from galvatron_fx.cluster import Cluster

@@ -67,12 +67,20 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
-from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
-from galvatron_fx.search.node_strategies import (_IGNORED, NodeStrategy, _mesh, node_strategies, strategy_key,
-                                                 sharded_activation_fraction, sharded_param_fraction)
+from galvatron_fx.passes.state_writes import written_through
+from galvatron_fx.search.node_strategies import (
+    _IGNORED,
+    NodeStrategy,
+    _mesh,
+    node_strategies,
+    sharded_activation_fraction,
+    sharded_param_fraction,
+    strategy_key,
+)
 from galvatron_fx.search.placement_ilp import PlacementProblem, _Value, evaluate, solve_placement  # noqa: F401
-from galvatron_fx.vocab_parallel import collectives as in_op_collectives, is_class_sharded
+from galvatron_fx.vocab_parallel import collectives as in_op_collectives
+from galvatron_fx.vocab_parallel import is_class_sharded
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -234,7 +242,7 @@ def _structure(dl: DecomposedLayer) -> tuple:
         for n in gm.graph.nodes:
             if n.op == "call_function" and n.target is operator.getitem:
                 src, idx = n.args
-                alias[n] = alias[src] if src in alias else (src, idx)
+                alias[n] = alias.get(src, (src, idx))
         tensor_args = {n: [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, fx.Node)] for n in calls}
         written = {n.name for pair in written_through(gm) for n in pair}
         dl.structure["problem"] = (calls, alias, tensor_args, written)

@@ -382,6 +382,7 @@ def _forward(
     cand_c = cand_c[ok]
     cur_m, cur_t = mems[0][cand_c], times[0][cand_c]
     cur_p = np.full(cand_c.size, -1, dtype=np.int64)
+    cur_c = cand_c
     for i in range(num_layers):
         if i:
             # (N,) points x (K_i,) next choices -> (N, K_i) candidates.
@@ -480,9 +481,8 @@ def _as_bytes(x, name: str, shape: tuple[int, ...]) -> np.ndarray:
     a = np.asarray(x)
     if a.shape != shape:
         raise ValueError(f"{name} has shape {a.shape}; the layer has {shape[0]} choices, so it must be {shape}")
-    if a.dtype.kind not in "iu":
-        if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
-            raise ValueError(f"{name} must hold whole byte counts (ints), got {a.dtype} values {a.tolist()[:4]}...")
+    if a.dtype.kind not in "iu" and (a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.floor(a))):
+        raise ValueError(f"{name} must hold whole byte counts (ints), got {a.dtype} values {a.tolist()[:4]}...")
     a = a.astype(np.int64)
     if (a < 0).any():
         raise ValueError(f"{name} has negative memory {a.min()} bytes; memory per rank must be >= 0")

@@ -31,10 +31,10 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten
 
+from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R
-from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.vocab_parallel import extra_strategies
 
 __all__ = ["NodeStrategy", "node_strategies", "strategy_key", "sharded_activation_fraction", "sharded_param_fraction"]

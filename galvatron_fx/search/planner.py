@@ -35,8 +35,8 @@ from collections.abc import Sequence
 
 from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster
-from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.cost_models.base import AnalyticCostModel, CostModel
+from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan

@@ -30,9 +30,9 @@ from galvatron_fx.passes.decompose_layer import check_placements, decompose_laye
 from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.assemble_plan import _assemble, _StageResult
 from galvatron_fx.search.candidates import OptionCache, SearchSpace
-from galvatron_fx.search.transitions import transition_s
 from galvatron_fx.search.intra_layer import option_from_placements
 from galvatron_fx.search.outer_search import _Search
+from galvatron_fx.search.transitions import transition_s
 
 
 def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> ParallelPlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from cached_profiles import write_cached_profile
@@ -169,8 +170,8 @@ def test_profile_from_other_machine_is_refused(tmp_path) -> None:
     assert load_profile(_fake_profile(tmp_path, other), check_fingerprint=False).fingerprint_fields == other
     # a hand-edited fingerprint is caught too
     p = _fake_profile(tmp_path, here)
-    d = json.loads(open(p).read())
+    d = json.loads(Path(p).read_text())
     d["fingerprint_fields"]["world_size"] = 8
-    open(p, "w").write(json.dumps(d))
+    Path(p).write_text(json.dumps(d))
     with pytest.raises(ConfigError, match="does not match its recorded fields"):
         load_profile(p)

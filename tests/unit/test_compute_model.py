@@ -225,7 +225,7 @@ def test_calibrated_model_predicts_held_out_batch(graphs, calibrated):
     step_err = step_pred / step_meas - 1
     report = f"step {step_err:+.2f}; " + ", ".join(f"{k} {f:+.2f}/{b:+.2f}" for k, (f, b, _) in errors.items())
     assert abs(step_err) <= 0.25, report
-    for name, (fe, be, total_s) in errors.items():
+    for name, (fe, be, _total_s) in errors.items():
         # wall-clock timing on 2 shared cores: one layer's fwd or bwd alone wanders more than
         # the whole step does
         tol = 0.35 if name.startswith("blocks") else 0.6

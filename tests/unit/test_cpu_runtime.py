@@ -12,12 +12,12 @@ import statistics
 import pytest
 
 from galvatron_fx.cluster import Collective
-from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.cost_models import cpu_runtime
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, cost_model, efficiency
 from galvatron_fx.cost_models.pipeline import StageCost, simulate
 from galvatron_fx.errors import ConfigError
+from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.profiler import cpu_calibration
 
 

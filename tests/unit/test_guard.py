@@ -86,6 +86,6 @@ def test_a_section_without_a_process_group_runs_plainly():
     with g.step(([torch.ones(2)], ["x"])):
         pass
     assert g.steps == 1
-    with pytest.raises(RuntimeError, match="Timed out"):  # no group: nothing to diagnose, nothing hidden
-        with g.section("test"):
-            raise RuntimeError("Timed out waiting")
+    # no group: nothing to diagnose, nothing hidden
+    with pytest.raises(RuntimeError, match="Timed out"), g.section("test"):
+        raise RuntimeError("Timed out waiting")

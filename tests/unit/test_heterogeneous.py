@@ -16,8 +16,8 @@ from galvatron_fx import topology, zoo
 from galvatron_fx.cluster import heterogeneous
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.ir.strategy import Precision
-from galvatron_fx.search.stage_split import min_max_split
 from galvatron_fx.search.price_plan import price_plan
+from galvatron_fx.search.stage_split import min_max_split
 
 GiB = 2**30
 

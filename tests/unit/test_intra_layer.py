@@ -232,9 +232,9 @@ def test_a_tied_loop_pays_every_step(cost_model, monkeypatch):
 def test_an_unrolled_loop_is_solved_with_its_steps_tied(monkeypatch):
     """A layer that unrolls a scan (Mamba's selective scan: a few ops per time step) is solved
     with each step's ops tied across steps: far fewer variables, the same optimum."""
+    import hf_tiny
     import torch
 
-    import hf_tiny
     from galvatron_fx.search import placement_ilp
     from galvatron_fx.search.intra_layer import build_problem
 
@@ -261,9 +261,9 @@ def test_nodes_with_one_strategy_key_have_one_strategy_list(family):
     """The ILP enumerates a node's strategies once per op on alike values (an unrolled loop's
     steps, a block's alike projections): every node of a key has exactly the strategies its own
     enumeration gives, at every tp."""
+    import hf_tiny
     import torch
 
-    import hf_tiny
     from galvatron_fx.search.node_strategies import _mesh, node_strategies, strategy_key
 
     torch.manual_seed(0)

@@ -3,10 +3,10 @@ sharding rules of the ops mixture-of-experts and scans bring (no processes)."""
 
 from __future__ import annotations
 
+import hf_tiny
 import torch
 
 import galvatron_fx as gfx
-import hf_tiny
 from galvatron_fx.passes.decompose_layer import decompose_layer
 from galvatron_fx.passes.localize_batch import local_problem, localized
 from galvatron_fx.search.node_strategies import _mesh, node_strategies

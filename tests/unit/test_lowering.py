@@ -341,10 +341,9 @@ def test_collectives_are_issued_early_and_waited_late(tiny, a100, tmp_path_facto
 
     import torch
 
-    from galvatron_fx.passes.schedule_collectives import schedule_collectives
-
     from galvatron_fx.passes import lower_program
     from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
+    from galvatron_fx.passes.schedule_collectives import schedule_collectives
 
     # the count of targets is all-reduced when it is not folded (fold_input_reductions)
     plan = _program(tiny, a100, "ddp", tmp_path_factory)[0]
@@ -487,9 +486,9 @@ def test_a_view_of_a_value_laid_out_otherwise_at_run_time_lowers(tmp_path):
     and its program matches the plan."""
     import dataclasses
 
+    import hf_tiny
     import torch.nn.functional as F
 
-    import hf_tiny
     from galvatron_fx.cost_models import AnalyticCostModel
 
     model, batch = hf_tiny.build("gpt2")

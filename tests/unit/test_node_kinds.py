@@ -7,8 +7,8 @@ import dataclasses
 import json
 
 import pytest
-from cached_profiles import write_cached_profile
 import torch
+from cached_profiles import write_cached_profile
 
 import galvatron_fx as gfx
 from galvatron_fx.profiler import hardware_profile as hp

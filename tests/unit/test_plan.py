@@ -12,7 +12,13 @@ import pytest
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir import plan as plan_mod
 from galvatron_fx.ir.plan import (
-    Alternative, LayerPlan, LayerPrediction, ParallelPlan, PlanPrediction, cluster_hash, graph_hash,
+    Alternative,
+    LayerPlan,
+    LayerPrediction,
+    ParallelPlan,
+    PlanPrediction,
+    cluster_hash,
+    graph_hash,
 )
 from galvatron_fx.ir.strategy import LayerStrategy
 

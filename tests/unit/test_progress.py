@@ -36,6 +36,6 @@ def test_a_terminal_gets_one_redrawn_line():
 def test_disabled_writes_nothing():
     out = io.StringIO()
     bar = Progress(5, False, stream=out)
-    for i in range(5):
+    for _i in range(5):
         bar.step("x")
     assert out.getvalue() == "" and bar.done == 5

@@ -12,8 +12,15 @@ import pytest
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.cost_models.refit import (FACTOR_BOUND, LINK_FACTOR_BOUND, Factors, RefitCostModel, fit_factors,
-                                            link_scales, peak_split)
+from galvatron_fx.cost_models.refit import (
+    FACTOR_BOUND,
+    LINK_FACTOR_BOUND,
+    Factors,
+    RefitCostModel,
+    fit_factors,
+    link_scales,
+    peak_split,
+)
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES, Observations
 from galvatron_fx.search.refit import in_call_comm_s
 

@@ -81,7 +81,7 @@ def test_groups_that_cross_nodes_are_marked(flat, pipelined):
     # the search records the axis of every collective it prices
     assert all(c.get("axis") in ("tp", "dp") for lp in flat.layers for c in lp.collectives)
     per_node = flat.cluster["devices_per_node"]
-    for axis, groups, nodes, link in rows:
+    for axis, groups, _nodes, link in rows:
         crosses = any(len({int(r) // per_node for r in g.split(",")}) > 1 for g in groups.split(" | "))
         assert link == ("inter-node" if crosses else "intra-node"), (axis, groups, link)
     # 16 devices, no pipeline: some group spans both nodes; pipelined, each stage is one node

@@ -92,7 +92,7 @@ def test_supplier_counts_equal_a_sweep_over_every_rank():
         ms = rng.choice(shapes)
         ms2 = rng.choice([s for s in shapes if math.prod(s) == math.prod(ms)])
 
-        def placements(shape):
+        def placements(shape, ndim=ndim):
             return tuple(rng.choice([Replicate(), Partial(), Shard(rng.randrange(ndim))]) for _ in shape)
 
         src, dst = Layout(ms, placements(ms)), Layout(ms2, placements(ms2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import hf_tiny
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,6 @@ from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.search.intra_layer import _fmt, option_from_placements, solve_intra_layer
 from galvatron_fx.search.node_strategies import _mesh, node_strategies
-
-import hf_tiny
 
 CLASS_SHARDED = {"_log_softmax": "S(1)->S(1)", "nll_loss_forward": "S(1),R->R,R"}
 
