@@ -26,10 +26,12 @@ LINTED := galvatron_fx tests benchmarks examples
 
 test: venv
 	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/mypy
 	$(VPY) -m pytest -q -ra tests
 
 test-fast: venv
 	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/mypy
 	$(VPY) -m pytest -q -ra -m "not slow" tests
 
 # every benchmark; each prints a table and writes benchmarks/results/<name>.json (~20 min)

@@ -182,12 +182,12 @@ def default_efficiency(device: DeviceSpec) -> ComputeEfficiency:
     """Uncalibrated efficiencies for a device kind (CPU kinds start with ``cpu``; others are GPUs),
     with the fixed costs the device spec gives (``kernel_overhead_s``, ``layer_overhead_s``)."""
     base = CPU_DEFAULT if device.kind.lower().startswith("cpu") else GPU_DEFAULT
-    changes = {}
+    changes: dict[str, Any] = {}
     if device.kernel_overhead_s is not None:
         changes["overhead_s"] = device.kernel_overhead_s
     if device.layer_overhead_s is not None:
         changes["layer_overhead_s"] = device.layer_overhead_s
-    return dataclasses.replace(base, **changes, source=f"{base.source}+{device.kind}") if changes else base
+    return dataclasses.replace(base, source=f"{base.source}+{device.kind}", **changes) if changes else base
 
 
 def matmul_dtype(cluster: Cluster, dtype: str) -> str:
@@ -204,7 +204,7 @@ def captured_float_bytes(mg: ModelGraph) -> int:
     for p in mg.params.values():
         if p.dtype in _FLOAT_BYTES:
             by_dtype[p.dtype] = by_dtype.get(p.dtype, 0) + p.nbytes
-    return _FLOAT_BYTES[max(by_dtype, key=by_dtype.get)] if by_dtype else 4
+    return _FLOAT_BYTES[max(by_dtype, key=by_dtype.__getitem__)] if by_dtype else 4
 
 
 _FLOAT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -317,6 +317,8 @@ class ComputeModel:
         dev_b, host_b = s * sums.bwd_roof_s, sums.bwd_kernels * eff.overhead_s + eff.layer_overhead_s
         if recompute != "none":
             costs = layer.costs
+            if costs is None:
+                raise ValueError(f"layer {layer.name} has no measured costs: capture it with annotate=True")
             rf, rb = costs.recompute_flops_for(recompute), costs.recompute_bytes_for(recompute)
             if rf or rb:
                 agg = max(rf * s_per_flop, rb * s_per_byte * sums.byte_scale)

@@ -149,10 +149,10 @@ class CPURuntimeCalibration:
         for key, v in self.overlap.items():
             if not (math.isfinite(v) and v >= 1.0):
                 raise ConfigError(f"CPURuntimeCalibration.overlap[{key}] = {v!r} must be >= 1")
-        for key, v in {**self.plan_step_s, **{f"fsdp {n}": f for n, f in self.fsdp_factor.items()},
+        for name, v in {**self.plan_step_s, **{f"fsdp {n}": f for n, f in self.fsdp_factor.items()},
                        **{f"tp {n}": f for n, f in self.tp_factor.items()}}.items():
             if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"CPURuntimeCalibration: plan step / FSDP factor {key} = {v!r} must be >= 0")
+                raise ConfigError(f"CPURuntimeCalibration: plan step / FSDP factor {name} = {v!r} must be >= 0")
 
     def fsdp_factor_for(self, processes: int) -> float:
         """The measured FSDP factor of ``processes`` (the nearest measured count; 1 when none is)."""
@@ -237,17 +237,23 @@ class CPURuntimeCalibration:
                        fsdp_factor={int(n): float(v) for n, v in d.get("fsdp_factor", {}).items()},
                        tp_factor={int(n): float(v) for n, v in d.get("tp_factor", {}).items()},
                        slowdown={int(n): float(s) for n, s in d.get("slowdown", {}).items()},
-                       collective_s={tuple(int(x) for x in k.split("x")): {int(b): float(t) for b, t in per.items()}
+                       collective_s={_pair(k): {int(b): float(t) for b, t in per.items()}
                                      for k, per in d.get("collective_s", {}).items()},
-                       collective_close_s={tuple(int(x) for x in k.split("x")): {int(b): float(t) for b, t in
+                       collective_close_s={_pair(k): {int(b): float(t) for b, t in
                                                                                 per.items()}
                                            for k, per in d.get("collective_close_s", {}).items()},
                        probe_step_s={int(n): float(t) for n, t in d.get("probe_step_s", {}).items()},
-                       overlap={tuple(int(x) for x in k.split("x")): float(v) for k, v in d.get("overlap", {}).items()},
+                       overlap={_pair(k): float(v) for k, v in d.get("overlap", {}).items()},
                        measured=dict(d.get("measured", {})), source=str(d.get("source", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"CPU runtime calibration JSON is malformed ({e}); "
                               "re-run calibrate(use_cache=False)") from e
+
+
+def _pair(key: str) -> tuple[int, int]:
+    """``"NxG"`` as ``(N, G)`` (a ValueError otherwise)."""
+    n, g = key.split("x")
+    return int(n), int(g)
 
 
 def _nearest(table: Mapping[int, float], n: int, default: float) -> float:

@@ -225,9 +225,9 @@ def link_scales(fit: tuple[float, float, float, float]) -> tuple[float, float] |
     a, b, a0, b0 = fit
     kb = _bounded(b / b0, LINK_FACTOR_BOUND) if b0 > 0 and b > 0 else None
     ka = _bounded(a / a0, LINK_FACTOR_BOUND) if a0 > 0 and a > 0 else None
-    if ka is None and kb is None:
-        return None
-    return ka or kb, kb or ka
+    if ka is None:
+        return None if kb is None else (kb, kb)
+    return ka, kb if kb is not None else ka
 
 
 def _affine(points: list[tuple[int, float]]) -> tuple[float, float]:

@@ -419,12 +419,12 @@ def model_mismatch(plan: ParallelPlan, mg: ModelGraph) -> str | None:
     if len(theirs) != len(mine):
         return f"{head}: the plan has {len(theirs)} layers, this model {len(mine)}; {fix}"
     pc, mc = _kind_classes([lp.kind for lp in theirs]), _kind_classes([l.kind for l in mine])
-    for i, (a, b) in enumerate(zip(pc, mc)):
-        if a != b:
-            if a == i:
+    for i, (pk, mk) in enumerate(zip(pc, mc)):
+        if pk != mk:
+            if pk == i:
                 return (f"{head}: layer {mine[i].name!r} has its own structure in the plan, the structure of "
-                        f"{mine[b].name!r} in this model; {fix}")
-            return (f"{head}: layer {mine[i].name!r} repeats {theirs[a].name!r} in the plan but not in this model "
+                        f"{mine[mk].name!r} in this model; {fix}")
+            return (f"{head}: layer {mine[i].name!r} repeats {theirs[pk].name!r} in the plan but not in this model "
                     f"(a changed block); {fix}")
     what = _summary_difference(plan.graph, graph_summary(mg))
     if what is None:

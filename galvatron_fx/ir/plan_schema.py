@@ -142,8 +142,8 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
     # layers
     chunk_of = [0] * n
     if not any(f.startswith("stage_boundaries") for f, _ in pr):
-        for c, rng in enumerate(plan.chunk_layers()):
-            for i in rng:
+        for c, chunk in enumerate(plan.chunk_layers()):
+            for i in chunk:
                 chunk_of[i] = c
     names: set[str] = set()
     max_dp = 0
@@ -152,8 +152,8 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
         if lp.name in names:
             pr.append((f"{at}.name", f"= {lp.name!r} is used by an earlier layer too"))
         names.add(lp.name)
-        for node, s in lp.placements.items():
-            if (problem := placement_problem(s)) is not None:
+        for node, pl in lp.placements.items():
+            if (problem := placement_problem(pl)) is not None:
                 first = not any(".placements[" in f for f, _ in pr)
                 pr.append((f"{at}.placements[{node!r}]", f"= {s!r} (layer {lp.name}, node {node}) {problem}"
                                                          + (f"; {PLACEMENT_HELP}" if first else "")))
@@ -201,11 +201,11 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
     if pd.reserved_peak_bytes and len(pd.reserved_peak_bytes) != pp:
         pr.append(("predicted.reserved_peak_bytes",
                    f"has {len(pd.reserved_peak_bytes)} entries, expected one per stage ({pp})"))
-    for s, b in enumerate(pd.peak_memory_bytes):
-        if (problem := limits.BYTES.problem(b)) is not None:
+    for s, nbytes in enumerate(pd.peak_memory_bytes):
+        if (problem := limits.BYTES.problem(nbytes)) is not None:
             pr.append((f"predicted.peak_memory_bytes[{s}]", problem))
-    for k, v in pd.breakdown.items():
-        if (problem := _SIGNED_SECONDS.problem(v)) is not None:
+    for k, secs in pd.breakdown.items():
+        if (problem := _SIGNED_SECONDS.problem(secs)) is not None:
             pr.append((f"predicted.breakdown.{k}", problem))
     if "search_s" not in plan.solver_stats or not _is_num(plan.solver_stats["search_s"]):
         pr.append(("solver_stats.search_s", "is missing or not a number (seconds the search took)"))
@@ -344,7 +344,7 @@ def _parse_strategy(v: Any, at: str) -> LayerStrategy:
     if not isinstance(offload, bool):
         raise _FieldError(f"{at}.offload", f"must be true or false, got {_jtype(offload)} {offload!r}")
     try:
-        return LayerStrategy(tp=tp, sp=sp, dp_type=dpt, recompute=rc, offload=offload)
+        return LayerStrategy(tp=tp, sp=SPMode(sp), dp_type=DPType(dpt), recompute=Recompute(rc), offload=offload)
     except ValueError as e:
         raise _FieldError(at, f"is impossible: {e}") from None
 
