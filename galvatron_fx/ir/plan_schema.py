@@ -155,7 +155,7 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
         for node, pl in lp.placements.items():
             if (problem := placement_problem(pl)) is not None:
                 first = not any(".placements[" in f for f, _ in pr)
-                pr.append((f"{at}.placements[{node!r}]", f"= {s!r} (layer {lp.name}, node {node}) {problem}"
+                pr.append((f"{at}.placements[{node!r}]", f"= {pl!r} (layer {lp.name}, node {node}) {problem}"
                                                          + (f"; {PLACEMENT_HELP}" if first else "")))
                 break
         if not any(f.startswith("stage_boundaries") for f, _ in pr) and lp.stage != chunk_of[i] % pp:

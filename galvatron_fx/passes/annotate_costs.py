@@ -29,7 +29,9 @@ import gc
 import logging
 import operator
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -130,16 +132,16 @@ def _call(n: fx.Node, args, kwargs):
             # a graph captured for another device counts integer ids (a router's tokens per expert),
             # which the CPU's histogram cannot: the same counts from their float values
             return n.target(args[0].float(), *args[1:], **kwargs)
-        return n.target(*args, **kwargs)
+        return cast(Callable[..., Any], n.target)(*args, **kwargs)
     if n.op == "call_method":
         self_, *rest = args
-        return getattr(self_, n.target)(*rest, **kwargs)
+        return getattr(self_, cast(str, n.target))(*rest, **kwargs)
     raise NotImplementedError(f"cannot annotate node {n.format_node()}: op {n.op!r}")
 
 
 def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.Node],
-                   rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str],
-                   failures: list[str], *, stateful: bool = False) -> tuple[dict[str, NodeFacts], set[str]]:
+                   rg: dict[fx.Node, bool], param_nodes: set[str], shared: set[str], failures: list[str], *,
+                   stateful: bool = False) -> tuple[dict[str, NodeFacts], set[str], dict[str, _Variant], set[str]]:
     """Run one layer forward (and each node's backward) on fake tensors (``stateful``: the layer
     writes state in place, :func:`~galvatron_fx.passes.state_writes.writes_state`).
 
@@ -160,7 +162,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                     continue
                 env[a] = _materialize(a.meta.get("val"), rg.get(a, False))
                 if isinstance(env[a], torch.Tensor) and (a.name in param_nodes or a.name in shared):
-                    not_mine[_storage_key(env[a])] = a.name if a.name in shared else None
+                    not_mine[_storage_key(cast(torch.Tensor, env[a]))] = a.name if a.name in shared else None
 
         seen: set = set()
         current: list[str] = [""]
@@ -179,7 +181,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             for n in nodes:
                 if n.op == "get_attr":
-                    env[n] = _getattr(gm, n.target)
+                    env[n] = _getattr(gm, cast(str, n.target))
                     continue
                 current[0] = n.name
                 args, kwargs = _resolve(n.args, env, gm), _resolve(n.kwargs, env, gm)
@@ -239,7 +241,8 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
                 failures.append(f"layer {layer.name} under recomputation: {type(e).__name__}: {e}")
                 variants = {}
         saved_outputs = {o for o in layer.output_names
-                         if isinstance(env.get(by_name[o]), torch.Tensor) and _storage_key(env[by_name[o]]) in seen}
+                         if isinstance(env.get(by_name[o]), torch.Tensor)
+                         and _storage_key(cast(torch.Tensor, env[by_name[o]])) in seen}
     return costs, saved_shared, variants, saved_outputs
 
 

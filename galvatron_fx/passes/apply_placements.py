@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -123,9 +125,10 @@ def option_from_plan(dl: DecomposedLayer, kind: str, strategy, placements: dict[
         placements = {ph.name: "->R" for ph in dl.inputs}
         placements |= {n.name: ",".join("R" for _ in tensor_args(n)) + "->R" for n in _calls(dl)}
     if any(n not in placements for n in needed):
-        placements = _with_casts_following(dl, placements)
-        if placements is None:
+        completed = _with_casts_following(dl, placements)
+        if completed is None:
             return None
+        placements = completed
     return LayerOption(kind=kind, tp=tp, sp=strategy.sp, placements=dict(placements), compute_s=0.0,
                        compute_ratio=1.0 / tp, comm_fwd_s=0.0, comm_bwd_s=0.0, param_fraction=1.0,
                        activation_fraction=1.0, comm=(), input_layout=(), output_layout=(),
@@ -148,7 +151,7 @@ def _with_casts_following(dl: DecomposedLayer, placements: dict[str, str]) -> di
 
     def placed(a: fx.Node) -> str | None:
         if a.op == "call_function" and a.target is operator.getitem:
-            src, k = a.args
+            src, k = cast(tuple[fx.Node, int], a.args)
             outs = made.get(src.name)
             return outs[k] if outs is not None and k < len(outs) else None
         outs = made.get(a.name)
@@ -197,7 +200,7 @@ def _run_replicated(n: fx.Node, args, kwargs, mesh: DeviceMesh):
             v = v.redistribute(mesh, (R,) * mesh.ndim)
         return v.to_local()
 
-    schema = getattr(n.target, "_schema", None)
+    schema: Any = getattr(n.target, "_schema", None)
     written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write} \
         if schema is not None else set()
     args, kwargs = tree_map(whole, args), tree_map(whole, kwargs)
@@ -206,7 +209,7 @@ def _run_replicated(n: fx.Node, args, kwargs, mesh: DeviceMesh):
         args = tuple(a.clone() if i < len(names) and names[i] in written and isinstance(a, torch.Tensor) else a
                      for i, a in enumerate(args))
         kwargs = {k: v.clone() if k in written and isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-    out = n.target(*args, **kwargs)
+    out = cast(Callable[..., Any], n.target)(*args, **kwargs)
     return tree_map(lambda t: DTensor.from_local(t, mesh, (R,) * mesh.ndim, run_check=False)
                     if isinstance(t, torch.Tensor) else t, out)
 
@@ -254,7 +257,8 @@ class PlacedLayer:
         self.mismatches: set[str] = set()  # planned vs. DTensor's output placements, if any differ
         self.compute_dtype: torch.dtype | None = None  # mixed precision: parameters are read in this dtype
         # key -> (tp storage placement, global shape, global stride)
-        self._meta = {k: (_storage(self._plan[ph.name].outputs[0]), tuple(ph.meta["val"].shape), ph.meta["val"].stride())
+        self._meta = {k: (_storage(cast(Placement, self._plan[ph.name].outputs[0])), tuple(ph.meta["val"].shape),
+                          ph.meta["val"].stride())
                       for k, (_, _, ph) in self.param_keys.items()}
 
     # -- layouts -----------------------------------------------------------------------------
@@ -268,10 +272,10 @@ class PlacedLayer:
         is whole); a value
         made from factories with the batch in dim 0 (in ``batched``: a mask) is split on dp
         where dp > 1, else replicated."""
-        out = []
+        out: list[tuple[Placement, Placement]] = []
         split = self.mesh.size(0) > 1
         for (ph, role), name in zip(self._inputs, self.input_names):
-            tp_p = self._plan[ph.name].outputs[0]
+            tp_p = cast(Placement, self._plan[ph.name].outputs[0])  # an input is a tensor
             v = ph.meta["val"]
             if name in inputs or name in propagated or (role == "activation" and not propagated):
                 # (with nothing known, a hidden state is batched; a batch of one on one dp rank is
@@ -288,7 +292,7 @@ class PlacedLayer:
         """The parameter ``key`` as the graph reads it, a ``(Replicate, tp)`` DTensor, from its
         local shard ``local`` (a hook: the runtime's executor reads its own storage)."""
         tp_p, shape, stride = self._meta[key]
-        return _AsDTensor.apply(self._cast(local), self.mesh, tp_p, shape, stride)
+        return _AsDTensor.apply(self._cast(cast(torch.Tensor, local)), self.mesh, tp_p, shape, stride)
 
     def _cast(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` in the compute dtype (mixed precision: a differentiable copy, whose gradient
@@ -299,7 +303,7 @@ class PlacedLayer:
     def _interpret(self, xs, params: dict | None = None):
         """Run the decomposed graph op by op on DTensors (``params``: key -> local shard, read
         in place of the holder's own)."""
-        env: dict[fx.Node, object] = {}
+        env: dict[fx.Node, Any] = {}
         moved: dict[tuple[str, tuple], DTensor] = {}  # one redistribute per (value, layout)
         given = dict(zip((ph for ph, _ in self._inputs), xs))
         for n in self.gm.graph.nodes:
@@ -356,7 +360,7 @@ class PlacedLayer:
             out = vocab_parallel.run(n, args, kwargs, axis=1)
         else:
             try:
-                out = n.target(*args, **kwargs)
+                out = cast(Callable[..., Any], n.target)(*args, **kwargs)
             except NotImplementedError as e:
                 if "sharding strategy" not in str(e):
                     raise

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -167,7 +167,7 @@ def _measure_forward(dl: DecomposedLayer) -> None:
             dl.fwd_flops[n.name] = kernel_flops(n.target, args, kwargs, n.meta["val"])
             dl.fwd_bytes[n.name] = kernel_bytes(n.target, args, kwargs, n.meta["val"])
         return
-    env: dict[fx.Node, object] = {}
+    env: dict[fx.Node, Any] = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for n in dl.gm.graph.nodes:
             if n.op == "placeholder":

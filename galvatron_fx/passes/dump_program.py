@@ -27,6 +27,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import cast
 
 import torch.fx as fx
 
@@ -62,11 +63,12 @@ def readable(lay: LoweredLayer) -> dict[str, str]:
         fw_names[n_params + k] = f"in_{name}"
     for k, i in enumerate(lg.whole_inputs):  # user inputs the forward also reads whole
         fw_names[n_params + len(non_param) + k] = f"whole_{non_param[i]}"
-    fw = _renamed(lg.fw, fw_names)
-    (fw_out,) = [n for n in lg.fw.graph.nodes if n.op == "output"]
+    lowered_fw = cast(fx.GraphModule, lg.fw)  # a lowered layer's graphs are split
+    fw = _renamed(lowered_fw, fw_names)
+    (fw_out,) = [n for n in lowered_fw.graph.nodes if n.op == "output"]
     n_out = len(lg.trace.out_grad)
     readable_ph = {n.name: fw_names.get(i, n.name) for i, n in
-                   enumerate(n for n in lg.fw.graph.nodes if n.op == "placeholder")}
+                   enumerate(n for n in lowered_fw.graph.nodes if n.op == "placeholder")}
     saved = [readable_ph.get(a.name, a.name) if isinstance(a, fx.Node) else "const" for a in fw_out.args[0][n_out:]]
     tangents = [i for i, g in enumerate(lg.trace.out_grad) if g]
     if lg.recompute_bw is not None:
@@ -78,7 +80,7 @@ def readable(lay: LoweredLayer) -> dict[str, str]:
     else:
         names = {i: f"saved_{s}" for i, s in enumerate(saved)}
         names |= {len(saved) + j: f"grad_out{i}" for j, i in enumerate(tangents)}
-        bw = _renamed(lg.bw, names)
+        bw = _renamed(cast(fx.GraphModule, lg.bw), names)
     st = lay.strategy.to_dict() if hasattr(lay.strategy, "to_dict") else str(lay.strategy)
     head = (f"# layer {lay.name} (kind {lay.kind}), stage {lay.stage}, dp={lay.dp}, strategy {st}\n"
             f"# parameters (in order): {', '.join(lay.param_names) or 'none'}\n")

@@ -26,6 +26,8 @@ at least as exact as the sum of cast pieces.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -58,7 +60,7 @@ def _chain(top: fx.Node, source: fx.Node) -> list[fx.Node] | None:
     """The pointwise ops and views from ``source`` to ``top`` in graph order, or None when
     ``top`` reads anything else (another tensor, a non-pointwise op)."""
     seen: dict[fx.Node, None] = {}
-    numel = _val(source).numel()
+    numel = cast(torch.Tensor, _val(source)).numel()  # a placeholder with a tensor value
     stack = [top]
     while stack:
         n = stack.pop()
@@ -114,7 +116,7 @@ def fold_input_reductions(fw: fx.GraphModule, whole_ok: dict[fx.Node, tuple[int,
         if not (isinstance(total, fx.Node) and total.target is aten.sum.default and len(total.args) == 1
                 and not total.kwargs):
             continue
-        operand = total.args[0]
+        operand = cast(fx.Node, total.args[0])  # a node where ``_val`` finds a tensor
         v = _val(operand)
         if v is None or v.dtype.is_floating_point or v.dtype.is_complex:
             continue
@@ -127,24 +129,27 @@ def fold_input_reductions(fw: fx.GraphModule, whole_ok: dict[fx.Node, tuple[int,
         if ph not in added:
             with fw.graph.inserting_after(last_ph):
                 whole = fw.graph.placeholder(f"whole_{ph.name}")
-            whole.meta["val"] = torch.empty(tuple(whole_ok[ph][1]), dtype=_val(ph).dtype, device="meta")
+            whole.meta["val"] = torch.empty(tuple(whole_ok[ph][1]), dtype=cast(torch.Tensor, _val(ph)).dtype,
+                                            device="meta")
             added[ph] = last_ph = whole
         whole = added[ph]
         with fw.graph.inserting_before(wait):
             env = {ph: fw.graph.call_function(aten.view.default, (whole, [-1]))}
-            env[ph].meta["val"] = torch.empty(math.prod(whole.meta["val"].shape), dtype=_val(ph).dtype, device="meta")
+            env[ph].meta["val"] = torch.empty(math.prod(whole.meta["val"].shape),
+                                              dtype=cast(torch.Tensor, _val(ph)).dtype, device="meta")
             for n in chain:
                 if n.target in _VIEWS:
-                    env[n] = env[n.args[0]]  # flat already: one element order
+                    env[n] = env[cast(fx.Node, n.args[0])]  # flat already: one element order
                     continue
                 new = fw.graph.node_copy(n, env.__getitem__)
-                new.meta["val"] = n.target(*fx.node.map_arg(new.args, lambda a: a.meta["val"]),
-                                           **fx.node.map_arg(new.kwargs, lambda a: a.meta["val"]))
+                new.meta["val"] = cast(Callable[..., Any], n.target)(
+                    *fx.node.map_arg(new.args, lambda a: a.meta["val"]),
+                    **fx.node.map_arg(new.kwargs, lambda a: a.meta["val"]))
                 env[n] = new
-            out = fw.graph.call_function(aten.sum.default, (env[operand],))
+            out: fx.Node = fw.graph.call_function(aten.sum.default, (env[operand],))
             out.meta["val"] = total.meta["val"]
             for c in reversed(casts):
-                out = fw.graph.node_copy(c, lambda a, out=out: out)
+                out = fw.graph.node_copy(c, cast(Callable[[fx.Node], fx.Node], lambda a, out=out: out))
                 out.meta["val"] = c.meta["val"]
         wait.replace_all_uses_with(out)
         fw.graph.erase_node(wait)

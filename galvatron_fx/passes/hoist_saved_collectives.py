@@ -39,7 +39,7 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
     forward, so the collectives keep one order."""
     saved = [n for n in bw.graph.nodes if n.op == "placeholder"][:num_saved]
     index = {n: i for i, n in enumerate(saved)}
-    hoisted = []
+    hoisted: list[tuple[int, object, str]] = []
     for n in list(bw.graph.nodes):
         if n.op != "call_function" or n.target is not torch.ops._c10d_functional.all_reduce.default:
             continue

@@ -25,6 +25,8 @@ attention) plus the CPU flash-attention kernels the registry lacks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,7 +46,7 @@ def _cpu_flash_bwd(grad_out, q, k, v, *args, **kwargs) -> int:
 
 
 # Kernels PyTorch's flop registry does not know (the CPU attention kernels).
-_EXTRA_FLOPS = {
+_EXTRA_FLOPS: dict[object, Callable[..., int]] = {
     aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_fwd,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_bwd,
 }
@@ -99,6 +101,7 @@ def _reads(tensors: list[torch.Tensor]) -> int:
     """Bytes read from ``tensors``, each distinct view once."""
     seen, total = set(), 0
     for t in tensors:
+        key: tuple[object, ...]
         try:
             key = (StorageWeakRef(t.untyped_storage()).cdata, t.storage_offset(), tuple(t.shape), t.stride())
         except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)

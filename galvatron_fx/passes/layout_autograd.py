@@ -9,6 +9,8 @@ Terms: *storage* placement of a parameter — the plan's placeholder placement o
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
@@ -180,7 +182,7 @@ class _MoveOnTp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, v: DTensor, mesh: DeviceMesh, tp_dst: Placement) -> DTensor:
         ctx.mesh, ctx.tp_src = mesh, v.placements[1]
-        return v.detach().redistribute(mesh, (v.placements[0], tp_dst))
+        return cast(DTensor, v.detach()).redistribute(mesh, (v.placements[0], tp_dst))
 
     @staticmethod
     def backward(ctx, g: DTensor):

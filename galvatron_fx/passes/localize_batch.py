@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -99,7 +100,7 @@ def _localize(mg: ModelGraph, batch: int) -> ModelGraph:
     gm = fx.GraphModule(mg.gm, graph)
     by_name = mg.nodes_by_name()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    vals: dict[fx.Node, object] = {}
+    vals: dict[fx.Node, Any] = {}
     with quiet_fake_tensor_log(), mode:
         for n in gm.graph.nodes:
             if n.op == "placeholder":

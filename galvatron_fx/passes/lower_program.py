@@ -169,9 +169,9 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
                         f"{[lp.name for lp in plan.layers][:6]} vs {[l.name for l in mg.layers][:6]}; re-plan")
     coupled = mg.coupled()
     if plan.num_microbatches > 1 and coupled:
-        layer, node = next(iter(coupled.items()))
+        name, node = next(iter(coupled.items()))
         raise PlanError(f"plan {plan.model!r} splits each step into {plan.num_microbatches} micro-batches, but layer "
-                        f"{layer} couples samples (its value {node} holds the batch in two dims: a contrastive loss "
+                        f"{name} couples samples (its value {node} holds the batch in two dims: a contrastive loss "
                         "over a micro-batch is not the batch's loss); re-plan (the search keeps such a model to one "
                         "micro-batch per step), or give a plan with num_microbatches=1")
     recomputed = [(lp, layer) for lp, layer in zip(plan.layers, mg.layers) if str(lp.strategy.recompute) != "none"]

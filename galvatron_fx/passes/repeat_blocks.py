@@ -28,17 +28,21 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
-try:  # a module that writes its Python code when first called or read, not when built: a stamped
-    # graph of tens of thousands of nodes is planned without ever running as one module (seconds)
+if TYPE_CHECKING:  # the checker reads the torch it is run with, which has it
     from torch.fx._lazy_graph_module import _LazyGraphModule as _StampedModule
-except ImportError:  # pragma: no cover (a torch without it)
-    _StampedModule = fx.GraphModule
+else:
+    try:  # a module that writes its Python code when first called or read, not when built: a stamped
+        # graph of tens of thousands of nodes is planned without ever running as one module (seconds)
+        from torch.fx._lazy_graph_module import _LazyGraphModule as _StampedModule
+    except ImportError:  # pragma: no cover (a torch without it)
+        _StampedModule = fx.GraphModule
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +136,7 @@ def _truncated(root: nn.Module, lists: list[tuple[str, int]], blocks: int = 2) -
         for path, _ in lists:
             parent_name, _, attr = path.rpartition(".")
             parent = root.get_submodule(parent_name) if parent_name else root
-            full = parent._modules[attr]
+            full = cast(nn.ModuleList, parent._modules[attr])
             saved.append((parent, attr, full))
             parent._modules[attr] = nn.ModuleList(list(full)[:blocks])
         yield
@@ -141,7 +145,7 @@ def _truncated(root: nn.Module, lists: list[tuple[str, int]], blocks: int = 2) -
             parent._modules[attr] = full
 
 
-def export_folded(root: nn.Module, export: Callable[[], object], lists: list[tuple[str, int]]) -> SimpleNamespace:
+def export_folded(root: nn.Module, export: Callable[[], Any], lists: list[tuple[str, int]]) -> SimpleNamespace:
     """``export()`` run on ``root`` with ``lists`` cut to two blocks, then stamped out to their
     full length: an object with the ``ExportedProgram`` attributes capture reads
     (``graph_module``, ``graph_signature``, ``call_spec``, ``constants``). Raises :class:`NoFold`."""
@@ -185,7 +189,7 @@ def stamped_from(gm: fx.GraphModule, traced: int = 2) -> dict[fx.Node, fx.Node]:
     block 0's), for those whose origin is still in ``gm`` before them, with the same op and target
     (a placeholder: the same op)."""
     out: dict[fx.Node, fx.Node] = {}
-    named: dict[str, fx.Node] = {}
+    named: dict[str | None, fx.Node] = {}
     for n in gm.graph.nodes:
         o, j = n.meta.get(STAMPED_FROM) or (None, 0)
         if j >= traced:

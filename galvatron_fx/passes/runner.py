@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.fx as fx
 
@@ -25,7 +25,9 @@ from galvatron_fx.errors import GalvatronError
 
 log = logging.getLogger(__name__)
 
-PassFn = Callable[[fx.GraphModule, "PassContext"], fx.GraphModule]
+# what a pass takes and returns: an ``fx.GraphModule``, or an object holding several (module doc)
+_G = TypeVar("_G")
+PassFn = Callable[[_G, "PassContext"], _G]
 
 
 @dataclass(kw_only=True)
@@ -63,7 +65,7 @@ def graph_pass(*, requires: Iterable[str] = (), produces: Iterable[str] = ()):
     return wrap
 
 
-def run_pass(fn: PassFn, gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
+def run_pass(fn: PassFn[_G], gm: _G, ctx: PassContext) -> _G:
     """Run one pass: check its contract, run it, lint, recompile, record what it produced."""
     name = fn.__name__
     missing = set(getattr(fn, "requires", ())) - ctx.produced
@@ -90,7 +92,7 @@ def run_pass(fn: PassFn, gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule
     return out
 
 
-def run_passes(passes: Iterable[PassFn], gm: fx.GraphModule, ctx: PassContext) -> fx.GraphModule:
+def run_passes(passes: Iterable[PassFn[_G]], gm: _G, ctx: PassContext) -> _G:
     """Run ``passes`` in order through :func:`run_pass`."""
     for fn in passes:
         gm = run_pass(fn, gm, ctx)

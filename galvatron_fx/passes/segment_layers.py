@@ -41,6 +41,7 @@ import logging
 import operator
 import re
 from dataclasses import replace
+from typing import cast
 
 import torch
 import torch.fx as fx
@@ -288,7 +289,7 @@ def _forward_only(segments: list[tuple[str, LayerRole, list[fx.Node]]],
         bad = next((n for n in gm.graph.nodes if n in layer_of and late_input(n) is not None), None)
         if bad is None:
             break
-        src = late_input(bad)
+        src = cast(fx.Node, late_input(bad))  # not None: how ``bad`` was chosen
         here, there = layer_of[bad], layer_of[src]
         if all(layer_of.get(u, len(members)) >= there for u in bad.users):
             move(bad, there)
@@ -300,9 +301,9 @@ def _forward_only(segments: list[tuple[str, LayerRole, list[fx.Node]]],
                 move(n, here)
             continue
         raise UnsupportedModelError(
-            f"layer {segments[here][0]!r} reads {src.name} ({src.format_node()[:80]}), which the later layer "
-            f"{segments[there][0]!r} makes from values of its own: galvatron_fx runs layers in order. Compute the "
-            "value in the module that first needs it, or keep the modules of one step in one block")
+            f"layer {segments[here][0]!r} reads {src.name} ({cast(str, src.format_node())[:80]}), which the "
+            f"later layer {segments[there][0]!r} makes from values of its own: galvatron_fx runs layers in order. "
+            "Compute the value in the module that first needs it, or keep the modules of one step in one block")
     # an op with several outputs (a split, a max with its indices) keeps its ``getitem``s: layers
     # hand each other tensors, never a tuple
     for n in gm.graph.nodes:

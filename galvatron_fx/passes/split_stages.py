@@ -74,7 +74,7 @@ def split_stages_pass(program, ctx: PassContext):
                 for dst in sorted(readers.get(v, set()) - {stage}):
                     g.call_function(ops.send, (env[v], dst))
                     sent.append((v, dst, info.name))
-        buckets = {}
+        buckets: dict[str, list[tuple[int, ops.GradBucket]]] = {}
         for i, b in enumerate(program.buckets):
             if b.stage == stage:
                 buckets.setdefault(b.after_layer, []).append((i, b))

@@ -57,8 +57,8 @@ def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtyp
     return local.detach().requires_grad_(requires_grad and dt.is_floating_point)
 
 
-def trace_placed(placed, *, trainable: set[str] | None = None, inputs: set[str] = frozenset(),
-                 batched: set[str] = frozenset(), propagated: set[str] = frozenset(),
+def trace_placed(placed, *, trainable: set[str] | None = None, inputs: set[str] | frozenset = frozenset(),
+                 batched: set[str] | frozenset = frozenset(), propagated: set[str] | frozenset = frozenset(),
                  param_dtype: torch.dtype | None = None) -> Trace:
     """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph,
     and the graphs AOTAutograd's partitioner made of it. Parameters are read as fake local
@@ -70,8 +70,8 @@ def trace_placed(placed, *, trainable: set[str] | None = None, inputs: set[str] 
 
 
 def trace_local(placed, local: DecomposedLayer, out_layouts: list, *, trainable: set[str] | None = None,
-                inputs: set[str] = frozenset(), batched: set[str] = frozenset(), propagated: set[str] = frozenset(),
-                param_dtype: torch.dtype | None = None) -> Trace:
+                inputs: set[str] | frozenset = frozenset(), batched: set[str] | frozenset = frozenset(),
+                propagated: set[str] | frozenset = frozenset(), param_dtype: torch.dtype | None = None) -> Trace:
     """Trace ``placed``'s layer as plain local ops (:mod:`~galvatron_fx.passes.localize_batch`):
     ``local`` is the same layer decomposed at this rank's share of the batch; its inputs are
     laid out as :func:`trace_placed` lays them out (their local pieces are what ``local`` takes:

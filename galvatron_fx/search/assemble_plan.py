@@ -213,7 +213,7 @@ def stage_device(cluster: Cluster, ranks) -> str:
 def plan_communicators(chunks, pp: int) -> int:
     """Process groups one rank of a stage (its ``chunks``) communicates in: the world, each
     data-parallel and tensor-parallel group of its layers' meshes, the pipeline's neighbours."""
-    groups = set()
+    groups: set[tuple] = set()
     for st in chunks:
         for x in st.choices:
             if x.dp > 1:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from galvatron_fx import limits
 from galvatron_fx.errors import ConfigError, PlanError
@@ -145,7 +145,7 @@ class AutoBatch:
     def range(self, world: int, tokens_per_sample: int | None) -> tuple[int, int, int]:
         """``(lo, hi, q)``: the grid's first and last batch and its step, for ``world`` devices
         (``ConfigError`` when the range holds no multiple of ``q``)."""
-        lo, hi = self.min_batch, self.max_batch or limits.BATCH.hi
+        lo, hi = self.min_batch, self.max_batch or cast(int, limits.BATCH.hi)  # (an integer range's bound)
         if self.tokens_per_step is not None:
             if not tokens_per_sample:
                 raise ConfigError("AutoBatch.tokens_per_step needs token inputs of shape (batch, sequence) to count "
@@ -219,7 +219,8 @@ def _throughput(new_search, batches: list[int], spec: AutoBatch | None, world: i
     """The batch with the highest predicted samples per second; the largest is searched first and
     each later search only counts a plan that beats the best throughput so far."""
     best = best_search = None
-    tried, errors = [], []
+    tried: list[dict] = []
+    errors: list[PlanError] = []
     for gb in sorted(batches, reverse=True):
         s = new_search(gb, "accumulate")
         bound = gb / (best.samples * best.m / best.step_time_s) if best is not None else math.inf
@@ -253,12 +254,14 @@ def _tokens(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRes
     """The grid batch closest to the token target that trains (the faster of two equally close)."""
     seq = tokens_per_sample(mg)
     lo, hi, q = spec.range(world, seq)
-    target = spec.tokens_per_step / seq
+    seq = cast(int, seq)  # objective "tokens" has a target, and range() has then checked the sequence length
+    target = cast(int, spec.tokens_per_step) / seq
     near = int(target) // q * q  # the 64 grid batches nearest the target, by distance
     by_distance: dict[float, list[int]] = {}
     for b in range(max(lo, near - 32 * q), min(hi, near + 32 * q) + 1, q):
         by_distance.setdefault(abs(b - target), []).append(b)
-    tried, error = [], None
+    tried: list[dict] = []
+    error: PlanError | None = None
     for dist in sorted(by_distance):
         found = []
         for gb in by_distance[dist]:
@@ -278,7 +281,7 @@ def _tokens(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchRes
                     + (f" that fits (closer ones do not: {', '.join(str(t['batch']) for t in tried if not t['fits'])})"
                        if any(not t["fits"] for t in tried) else ""))
             return BatchResult(best, s, _record(spec, lo, hi, q, tried), note)
-    raise error  # every batch within the tolerance failed: the closest's reason
+    raise cast(PlanError, error)  # every batch within the tolerance failed: the closest's reason
 
 
 def _largest(new_search, spec: AutoBatch, world: int, mg: ModelGraph) -> BatchResult:

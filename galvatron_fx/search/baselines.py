@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.cost_models.base import CostModel
@@ -68,7 +69,7 @@ def _all_baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
     out: dict[str, SearchSpace] = {}
     for rc in (Recompute.NONE, Recompute.FULL):
         suffix = "" if rc == Recompute.NONE else "+recompute"
-        flat = dict(tp=(1,), sp=(SPMode.NONE,), recompute=(rc,), pp=(1,), uniform=True)
+        flat: dict[str, Any] = dict(tp=(1,), sp=(SPMode.NONE,), recompute=(rc,), pp=(1,), uniform=True)
         if rc == Recompute.NONE:
             out["ddp"] = SearchSpace(dp_types=(DPType.DDP,), offload=(False,), **flat)
         out["zero2" + suffix] = SearchSpace(dp_types=(DPType.ZERO2,), offload=(False,), **flat)

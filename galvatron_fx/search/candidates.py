@@ -50,6 +50,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.distributed.tensor import Shard as TorchShard
@@ -61,7 +62,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
-from galvatron_fx.passes.decompose_layer import decompose_layer, param_values
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
 from galvatron_fx.passes.segment_layers import kind_hash
 from galvatron_fx.passes.state_writes import stateful_kinds
 from galvatron_fx.recompute import Recompute
@@ -78,6 +79,9 @@ from galvatron_fx.search.intra_layer import solve_intra_layer
 from galvatron_fx.search.lowered_prices import dp_collective_records, dp_collectives, lowered_price, tp_collectives
 from galvatron_fx.search.placement_ilp import solver_job
 from galvatron_fx.search.search_space import SearchSpace  # re-exported: the search's callers import it from here
+
+if TYPE_CHECKING:
+    from galvatron_fx.cluster import DeviceSpec
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +151,7 @@ class OptionCache:
     # the caller named the tp degrees (SearchSpace.tp): a layer with weights shards some of them
     shard_weights: bool = False
     options: dict[tuple[str, int, SPMode], list[LayerOption]] = field(default_factory=dict)
-    decomposed: dict[str, object] = field(default_factory=dict)
+    decomposed: dict[str, DecomposedLayer] = field(default_factory=dict)
     solves: int = 0
     solve_s: float = 0.0
     _shares: dict = field(default_factory=dict)
@@ -377,7 +381,7 @@ class OptionCache:
             return out
         by_name = self.mg.nodes_by_name()
         for name in names:
-            val = by_name[name].meta.get("val") if name in by_name else None
+            val: Any = by_name[name].meta.get("val") if name in by_name else None  # (None: getattr gives 0)
             if getattr(val, "ndim", 0) >= 2 and val.is_floating_point() and val.shape[-1] % tp == 0:
                 out.append({key: TorchShard(val.ndim - 1)})
         return out
@@ -508,7 +512,8 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
             if not sharded and dp > 1 and feedback_bytes:
                 mem = dataclasses.replace(mem, grad_bytes=mem.grad_bytes + feedback_bytes)
             local_numel = numel * pf / dp if sharded else numel * pf
-            off = offload_cost(device, dpt, local_numel=int(local_numel), sharded=sharded, m=m,
+            # (offload is offered only with a device to offload from: ``offloads`` above)
+            off = offload_cost(cast("DeviceSpec", device), dpt, local_numel=int(local_numel), sharded=sharded, m=m,
                                precision=prec or Precision()) if offload else None
             if sharded:
                 # FSDP shards and gathers every copy a layer keeps (a tied weight's too); offloaded

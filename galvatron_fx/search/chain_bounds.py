@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def _lagrangian_pass(
         enter[i] = times[i][None, :] + lam * mems[i][None, :] + h[i]
         if i:
             # (n, 1, K_i) + (K_{i-1}, K_i) -> min over K_i -> (n, K_{i-1})
-            h[i - 1] = (enter[i][:, None, :] + trans[i][None, :, :]).min(axis=2)
+            h[i - 1] = (enter[i][:, None, :] + cast(np.ndarray, trans[i])[None, :, :]).min(axis=2)
     rows = np.arange(lams.size)
     choice = np.zeros((lams.size, num_layers), dtype=np.int64)
     c = enter[0].argmin(axis=1)
@@ -93,7 +94,7 @@ def _lagrangian_pass(
     total_m = mems[0][c].copy()
     choice[:, 0] = c
     for i in range(1, num_layers):
-        step = trans[i][c, :]  # (n, K_i)
+        step = cast(np.ndarray, trans[i])[c, :]  # (n, K_i); only the first layer has no transition
         nxt = (step + enter[i]).argmin(axis=1)
         total_t += times[i][nxt] + step[rows, nxt]
         total_m += mems[i][nxt]
@@ -119,7 +120,8 @@ def _lagrangian_bounds(
     lam0 = max(t_span, 1e-12) / max(m_span, 1)
     # The last λ makes one byte outweigh every time difference: its minimiser uses the least memory,
     # so an incumbent exists whenever anything fits.
-    lam_big = 4.0 * (t_span + sum(float(np.ptp(r[np.isfinite(r)])) if np.isfinite(r).any() else 0.0 for r in trans[1:]) + 1.0)
+    lam_big = 4.0 * (t_span + sum(float(np.ptp(r[np.isfinite(r)])) if np.isfinite(r).any() else 0.0
+                                  for r in cast(list[np.ndarray], trans[1:])) + 1.0)
     lams = [np.concatenate([[0.0], lam0 * np.logspace(-3, 3, 13), [max(lam_big, lam0 * 1e4)]])]
     h, choice, tt, mm = _lagrangian_pass(times, mems, trans, lams[0])
     hs, choices, tts, mms = [h], [choice], [tt], [mm]
@@ -133,7 +135,11 @@ def _lagrangian_bounds(
                 break
             lam = (hi[1] - lo[1]) / (lo[2] - hi[2])
             h1, c1, t1, m1 = _lagrangian_pass(times, mems, trans, np.array([max(lam, 0.0)]))
-            hs.append(h1), choices.append(c1), tts.append(t1), mms.append(m1), lams.append(np.array([max(lam, 0.0)]))
+            hs.append(h1)
+            choices.append(c1)
+            tts.append(t1)
+            mms.append(m1)
+            lams.append(np.array([max(lam, 0.0)]))
             new = (c1[0], float(t1[0]), int(m1[0]))
             value_new = new[1] + lam * new[2]
             value_lo = lo[1] + lam * lo[2]
@@ -145,7 +151,9 @@ def _lagrangian_bounds(
                 lo = new
         splice = _splice(times, mems, trans, lo[0], hi[0], budget)
         if splice is not None:
-            choices.append(splice[0][None, :]), tts.append(np.array([splice[1]])), mms.append(np.array([splice[2]]))
+            choices.append(splice[0][None, :])
+            tts.append(np.array([splice[1]]))
+            mms.append(np.array([splice[2]]))
     grid = np.concatenate(lams)
     h = [np.concatenate([x[i] for x in hs]) for i in range(len(times))]
     choice, tt, mm = np.concatenate(choices), np.concatenate(tts), np.concatenate(mms)

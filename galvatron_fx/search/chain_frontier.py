@@ -20,6 +20,8 @@ Algorithm
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 # "Unreachable" memory: far above any real byte count, far enough below int64's max that sums of a
@@ -74,7 +76,7 @@ def _suffix_min_mem(times: list[np.ndarray], mems: list[np.ndarray], trans: list
     for i in range(num_layers - 1, 0, -1):
         # cost of entering choice c' of layer i: its memory plus what follows it
         enter = np.where(np.isfinite(times[i]), np.minimum(mems[i] + suffix[i], _BIG), _BIG)
-        allowed = np.isfinite(trans[i])  # (K_{i-1}, K_i)
+        allowed = np.isfinite(cast(np.ndarray, trans[i]))  # (K_{i-1}, K_i)
         suffix[i - 1] = np.where(allowed, enter[None, :], _BIG).min(axis=1)
     return suffix
 

@@ -52,6 +52,7 @@ import logging
 import operator
 import time
 from collections import defaultdict
+from typing import TypeGuard, cast
 
 import torch
 import torch.fx as fx
@@ -86,7 +87,7 @@ log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 
-def _fits(p: Placement | None, val: torch.Tensor, tp: int) -> bool:
+def _fits(p: Placement | None, val: torch.Tensor, tp: int) -> TypeGuard[Placement]:
     """Whether ``val`` can take layout ``p`` on ``tp`` ranks (``None`` never does)."""
     if p is None:
         return False
@@ -131,7 +132,8 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     for ph in dl.inputs:
         val = ph.meta["val"]
         if role[ph] == "param":
-            cands = [R] + [Shard(d) for d in range(val.ndim) if val.shape[d] % tp == 0 and val.shape[d] >= tp]
+            cands: list[Placement] = [R] + [Shard(d) for d in range(val.ndim)
+                                            if val.shape[d] % tp == 0 and val.shape[d] >= tp]
             if sp == SPMode.ULYSSES:
                 cands = [R]  # Ulysses: weights whole on every rank, the sequence split instead
             elif shard_params and val.ndim >= 2 and len(cands) > 1:
@@ -338,7 +340,7 @@ def _bytes_of(problem: PlacementProblem, value: str) -> int:
 
 def _out_placement(chosen: dict[str, NodeStrategy], a: fx.Node) -> str:
     if a.target is operator.getitem:
-        src, idx = a.args
+        src, idx = cast("tuple[fx.Node, int]", a.args)  # (a getitem's (source, index))
         return pstr(chosen[src.name].outputs[idx]) if src.name in chosen else "-"
     return pstr(chosen[a.name].outputs[0]) if a.name in chosen else "-"
 

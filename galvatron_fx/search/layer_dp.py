@@ -89,6 +89,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -219,7 +220,9 @@ def solve_chain(problem: ChainProblem, budget_bytes: int, *, mem_resolution_byte
             best, best_key = run, (t, m)
     if best is None:
         return ChainSolution(False, (), math.inf, 0, min_mem, tuple(int(s) for s in sizes))
-    return ChainSolution(True, best.choices, best_key[0], int(best_key[1]), min_mem, tuple(int(s) for s in sizes))
+    # best is only a run with choices (the loop skips the others)
+    return ChainSolution(True, cast(tuple[int, ...], best.choices), best_key[0], int(best_key[1]), min_mem,
+                         tuple(int(s) for s in sizes))
 
 
 def pareto_frontier(
@@ -266,7 +269,7 @@ def chain_cost(problem: ChainProblem, choices: tuple[int, ...] | list[int]) -> t
     for i, c in enumerate(choices):
         t += float(problem.time_s[i][c])
         if i:
-            t += float(problem.trans_s[i][choices[i - 1], c])
+            t += float(cast(np.ndarray, problem.trans_s[i])[choices[i - 1], c])
         m += int(problem.mem_bytes[i][c])
     if problem.extra_max_bytes is not None:
         m += max(int(problem.extra_max_bytes[i][c]) for i, c in enumerate(choices))
@@ -289,7 +292,7 @@ def brute_force(problem: ChainProblem, budget_bytes: int, *, max_assignments: in
     for i in range(problem.num_layers):
         times += problem.time_s[i][assign[:, i]]
         if i:
-            times += problem.trans_s[i][assign[:, i - 1], assign[:, i]]
+            times += cast(np.ndarray, problem.trans_s[i])[assign[:, i - 1], assign[:, i]]
         mems += problem.mem_bytes[i][assign[:, i]]
     if problem.extra_max_bytes is not None:
         extra = np.stack([problem.extra_max_bytes[i][assign[:, i]] for i in range(problem.num_layers)], axis=1)
@@ -386,7 +389,7 @@ def _forward(
     for i in range(num_layers):
         if i:
             # (N,) points x (K_i,) next choices -> (N, K_i) candidates.
-            cand_t = cur_t[:, None] + trans[i][cur_c, :] + times[i][None, :]
+            cand_t = cur_t[:, None] + cast(np.ndarray, trans[i])[cur_c, :] + times[i][None, :]
             cand_m = cur_m[:, None] + mems[i][None, :]
             ok = np.isfinite(cand_t) & (cand_m + suffix[i][None, :] <= budget)
             p_idx, cand_c = np.nonzero(ok)
@@ -491,7 +494,7 @@ def _as_bytes(x, name: str, shape: tuple[int, ...]) -> np.ndarray:
     return a
 
 
-def _as_budget(budget_bytes: int) -> int:
+def _as_budget(budget_bytes: int | float) -> int:
     if isinstance(budget_bytes, float):
         if math.isinf(budget_bytes) and budget_bytes > 0:
             return _BIG

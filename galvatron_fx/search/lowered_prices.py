@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, cast
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
@@ -45,7 +46,7 @@ class LoweredPrice:
     bwd_transient_bytes: int
 
 
-_CACHE: dict[tuple, object] = {}
+_CACHE: dict[tuple, Any] = {}  # a LoweredPrice, a dp probe's collectives, or None
 
 
 def _stand_in_available() -> bool:
@@ -59,7 +60,8 @@ def _lowered(mg: ModelGraph, layer: LayerInfo, option: LayerOption | None, dl: D
     from galvatron_fx.passes.lower_program import fake_mesh, lower_layer
 
     if option is None:
-        option = option_from_plan(dl, layer.kind, LayerStrategy(), {})
+        # (tp = 1 and no placements: every node is named, so an option comes back)
+        option = cast(LayerOption, option_from_plan(dl, layer.kind, LayerStrategy(), {}))
     return lower_layer(mg, layer, option, LayerStrategy(tp=option.tp, sp=option.sp), fake_mesh(dp, option.tp),
                        decomposed=dl, compute_dtype=compute_dtype)
 

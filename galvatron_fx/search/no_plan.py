@@ -107,7 +107,10 @@ def _indivisible(search: _Search) -> str:
     """Every point searched had a layer with no strategy: its data-parallel degrees do not
     divide the samples of a micro-batch, or those that do leave a tp the layer cannot use."""
     gb = search.global_batch
-    seen, parts, multiple, too_small = set(), [], None, False
+    seen: set[tuple[int, int]] = set()
+    parts: list[str] = []
+    multiple: int | None = None
+    too_small = False
     for pp, m, e in search.rejected:
         if (pp, m) in seen or len(seen) == 3:
             continue
@@ -134,6 +137,7 @@ def _indivisible(search: _Search) -> str:
                f"degree the layers can use (at tp = 1: a multiple of {multiple}), or plan for fewer devices")
     else:
         head = f"the global batch of {gb} does not split evenly over the data-parallel ranks"
+        assert multiple is not None  # every rejected point sets it, and the caller has some
         fix = (f"use a global batch that is a multiple of {multiple} (e.g. {-(-gb // multiple) * multiple}), or "
                "let tensor parallelism or pipeline stages take more of the devices (search tp= / pp=)")
     return f"no plan: {head} ({'; '.join(parts)}); {fix}"

@@ -23,7 +23,9 @@ import functools
 import itertools
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -230,7 +232,7 @@ def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeSt
         specs = st.strategies if isinstance(st, OpStrategy) else None
         if isinstance(st, TupleStrategy):
             # multi-output view ops (split, unbind): one child per output, all following the input
-            children = st.children
+            children: Sequence[Any] = st.children  # (OpStrategy each where read: checked below)
             if not all(isinstance(c, OpStrategy) and len(c.strategies) == 1 for c in children):
                 continue
             ins = tuple(s.placements[0] for s in children[0].strategies[0].input_specs)
@@ -275,7 +277,8 @@ def _mesh(tp: int):
 def sharded_param_fraction(dl, chosen: dict, tp: int) -> float:
     """Share of a decomposed layer's parameter bytes one rank holds under the chosen node
     strategies (sharded parameters count 1/tp)."""
-    total = local = 0
+    total = 0
+    local: float = 0  # (a sharded parameter adds b / tp)
     for ph, role in zip(dl.inputs, dl.input_roles):
         if role != "param":
             continue

@@ -51,6 +51,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -184,6 +185,7 @@ class _Search(StageSplit):
         layer_prev = self.layers[i - 1]
         key = (layer_prev.kind, self.layers[i].kind, devices, samples, m, key_extra, ranks)
         if key not in self._trans:
+            assert layer_prev.costs is not None  # (the search runs on a graph with costs)
             nbytes = int(layer_prev.costs.output_bytes * samples / self.captured_batch)
             ndim = 3
             self._trans[key] = transition_matrix(self.cm, prev, cur, nbytes, ndim, list(ranks or range(devices)), m)
@@ -430,6 +432,7 @@ class _Search(StageSplit):
     def _p2p_s(self, chunks: list[_StageResult], c: int, devices: int, samples: int) -> float:
         last = chunks[c].choices[-1]
         layer = self.layers[chunks[c].layers[-1]]
+        assert layer.costs is not None  # (the search runs on a graph with costs)
         nbytes = int(layer.costs.output_bytes * samples / self.captured_batch / last.dp)
         pp = self.world // devices
         stages = self.stage_ranks(pp)
@@ -499,7 +502,7 @@ class _Search(StageSplit):
         for _ in range(2 * n_chunks):
             if cur is None or n_chunks == 1 or cur.step_time_s > 1.1 * best_so_far:
                 break
-            slow = max(range(n_chunks), key=lambda k: cur.stages[k].time_s)
+            slow = max(range(n_chunks), key=lambda k: cast(_Candidate, cur).stages[k].time_s)  # (not None here)
             best_move = None
             for b, delta in ((slow, 1), (slow + 1, -1)):  # its start moves right or its end left
                 if not 0 < b < n_chunks:

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,7 +95,7 @@ def _dual(p: Placement) -> Placement:
 class _Model:
     """Variable bookkeeping for ``scipy.optimize.milp``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cost: list[float] = []
         self.compute_cost: list[float] = []
         self.rows: list[tuple[dict[int, float], float, float]] = []
@@ -112,7 +113,9 @@ class _Model:
         from scipy.sparse import coo_matrix
 
         n = len(self.cost)
-        rows, cols, vals = [], [], []
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
         lo = np.empty(len(self.rows))
         hi = np.empty(len(self.rows))
         for i, (coefs, l, h) in enumerate(self.rows):
@@ -153,7 +156,7 @@ class PlacementProblem:
     compute_s: dict[str, list[float]]
     values: list[_Value]
     view_like: set[str]
-    reshard_s: object  # (src, dst, nbytes, ndim) -> seconds
+    reshard_s: Callable[[Placement, Placement, int, int], float]  # (src, dst, nbytes, ndim) -> seconds
     forbidden: set[tuple[str, int]] = field(default_factory=set)
     # collectives inside a node's kernel under a strategy (vocab-parallel cross-entropy): per
     # node, per strategy, ``(direction, collective, bytes, seconds)``
@@ -243,10 +246,12 @@ def _split_pass_through(pr: PlacementProblem) -> tuple[PlacementProblem, dict[st
     inner: dict[str, list] = {}
     forbidden: set[tuple[str, int]] = set()
     for n in pr.nodes:
-        ss, idx = [], []
+        ss: list[NodeStrategy] = []
+        idx: list[int] = []
         for i, s in enumerate(pr.strategies[n]):
             if pr.passes(n, s):
-                copies = [_PassThrough(s.inputs, s.outputs, False), _PassThrough(s.inputs, s.outputs, True)]
+                copies: list[NodeStrategy] = [_PassThrough(s.inputs, s.outputs, False),
+                                              _PassThrough(s.inputs, s.outputs, True)]
             else:
                 copies = [s]
             for c in copies:
@@ -339,7 +344,7 @@ def _value_terms(pr: PlacementProblem, v: _Value, pairs_of, slots: dict, gp: dic
     reads = []
     for n, k in v.consumers:
         if (n, k) not in slots:
-            slot = []
+            slot: list[tuple[Placement | None, Placement | None, int | None]] = []  # (input, gradient, condition)
             for sb in pr.strategies[n]:
                 dst = sb.inputs[k] if k < len(sb.inputs) else None
                 if dst is None:

@@ -32,6 +32,7 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
+from typing import cast
 
 from galvatron_fx import limits
 from galvatron_fx.cluster import Cluster
@@ -41,7 +42,7 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import Precision
-from galvatron_fx.search.assemble_plan import _assemble
+from galvatron_fx.search.assemble_plan import _assemble, _Candidate
 from galvatron_fx.search.auto_batch import AutoBatch, search_batches
 from galvatron_fx.search.candidates import OptionCache, SearchSpace
 from galvatron_fx.search.grad_comm_choice import plan_each_grad_comm
@@ -61,7 +62,7 @@ def search_plan(mg: ModelGraph, cluster: Cluster, cm: CostModel, space: SearchSp
     _check_batches(global_batch_size)
     _check_budget(budget)
     s = _Search(mg, cluster, cm, space, global_batch_size, budget, False, cache)
-    best = s.run()
+    best = cast(_Candidate, s.run())  # (without a bound a candidate, or PlanError)
     stats = {"search_s": time.perf_counter() - t0, "points": s.points, "chain_solves": s.chain_solves}
     return dataclasses.replace(_assemble(mg, cluster, cm, best, budget, stats, None, precision, name or mg.name,
                                          host_budget=space.host_memory_budget), grad_comm=space.grad_comm)
@@ -113,7 +114,7 @@ def plan(
 
     t0 = time.perf_counter()
     auto = AutoBatch.coerce(global_batch_size)
-    batches = auto or _check_batches(global_batch_size)
+    batches = auto or _check_batches(cast("int | Sequence[int]", global_batch_size))  # (coerce took the rest)
     if memory_budget is not None:
         _check_budget(memory_budget)
     space = SearchSpace.coerce(search)

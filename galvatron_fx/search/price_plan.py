@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.errors import PlanError
-from galvatron_fx.ir.graph import ModelGraph
+from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.passes.decompose_layer import check_placements, decompose_layer
@@ -75,10 +76,11 @@ class _PlanOptions(OptionCache):
 
     plan: ParallelPlan | None = None
 
-    def option_list(self, layer, tp, sp):
+    def option_list(self, layer: LayerInfo, tp: int, sp: SPMode) -> list[LayerOption]:
         key = (layer.kind, tp, sp)
         if key not in self.options:
             want: list[dict[str, str]] = []
+            assert self.plan is not None  # (price_plan always gives one)
             for lp in self.plan.layers:
                 if (lp.kind, lp.strategy.tp, lp.strategy.sp) == key and lp.placements and lp.placements not in want:
                     want.append(dict(lp.placements))

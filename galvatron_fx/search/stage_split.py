@@ -11,13 +11,33 @@ micro-batches in flight, within its own memory where some split allows.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.graph import LayerInfo, ModelGraph
+    from galvatron_fx.search.candidates import LayerChoice
 
 __all__ = ["StageSplit", "min_max_split"]
 
 
 class StageSplit:
     """The stage-split methods of the outer search (see the module doc)."""
+
+    if TYPE_CHECKING:  # what the outer search's ``_Search`` provides
+        mg: ModelGraph
+        layers: list[LayerInfo]
+        world: int
+        hetero: bool
+        _trains: np.ndarray
+
+        def ranks_of(self, pp: int, s: int) -> tuple[int, ...] | None: ...
+
+        def stage_budget(self, ranks: tuple[int, ...] | None) -> int: ...
+
+        def choices(self, i: int, devices: int, samples: int, m: int, ranks: tuple[int, ...] | None = None
+                    ) -> list[LayerChoice]: ...
 
     def trains(self) -> np.ndarray:
         """Per layer, whether it reads a parameter that trains: every pipeline chunk holds one,
@@ -79,12 +99,12 @@ class StageSplit:
             return None
         trains = self.trains() if self.trains().any() else None
         if self.hetero:
-            w = self.stage_weights(pp, devices, samples, m)
+            stage_w = self.stage_weights(pp, devices, samples, m)
             if in_flight is not None:
-                bounds = min_max_split(w, *self.stage_room(devices, samples, m, in_flight), trains=trains)
+                bounds = min_max_split(stage_w, *self.stage_room(devices, samples, m, in_flight), trains=trains)
                 if bounds is not None:
                     return bounds
-            return min_max_split(w, trains=trains)
+            return min_max_split(stage_w, trains=trains)
         w = [min(c.step_time_s(m) for c in self.choices(i, devices, samples, m)) for i in range(n)]
 
         def pack(cap: float) -> list[int] | None:
@@ -133,7 +153,7 @@ def min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarra
     def cost_of(s: int, j: int, lo: int, prev: np.ndarray) -> np.ndarray:  # stage s takes layers i..j-1, i ≥ lo
         cost = np.maximum(prev, prefix[s, j] - prefix[s, lo:j])
         if held is not None:
-            cost[held[s, j] - held[s, lo:j] > room[s]] = np.inf
+            cost[held[s, j] - held[s, lo:j] > cast(np.ndarray, room)[s]] = np.inf  # room comes with need
         if count is not None:
             cost[count[j] - count[lo:j] == 0] = np.inf
         return cost
@@ -141,7 +161,7 @@ def min_max_split(w: np.ndarray, need: np.ndarray | None = None, room: np.ndarra
     best = np.full(n + 1, np.inf)
     best[1:] = prefix[0, 1:]  # the first stage ends at j
     if held is not None:
-        best[1:][held[0, 1:] > room[0]] = np.inf
+        best[1:][held[0, 1:] > cast(np.ndarray, room)[0]] = np.inf
     if count is not None:
         best[1:][count[1:] == 0] = np.inf
     arg = np.zeros((k, n + 1), dtype=np.int64)
