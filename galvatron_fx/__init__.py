@@ -10,6 +10,10 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the function, not the submodule of that name (see _Package)
+    from galvatron_fx.capture import capture as capture
 
 __version__ = "0.1.0"
 

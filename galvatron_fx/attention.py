@@ -21,11 +21,13 @@ runs as when its mask requires grad.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor._op_schema import OpSchema, OpStrategy, RuntimeSchemaInfo
 from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy, register_op_strategy
+from torch.distributed.tensor.placement_types import Placement
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
@@ -118,8 +120,8 @@ def sdpa_or_biased(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 # ---- DTensor rules ------------------------------------------------------------------------------
 
-def _bias_follows(op_schema: OpSchema, q_index: int, bias_index: int, d: int) -> list:
-    q, bias = op_schema.args_schema[q_index], op_schema.args_schema[bias_index]
+def _bias_follows(op_schema: OpSchema, q_index: int, bias_index: int, d: int) -> list[Placement | None]:
+    q, bias = cast(OpStrategy, op_schema.args_schema[q_index]), cast(OpStrategy, op_schema.args_schema[bias_index])
     return [Shard(d) if bias.shape[d] == q.shape[d] else R]
 
 
@@ -127,7 +129,7 @@ def _bias_follows(op_schema: OpSchema, q_index: int, bias_index: int, d: int) ->
 def _fwd_strategy(op_schema: OpSchema) -> OpStrategy:
     mesh = op_schema.get_mesh_from_args()
     # [out, lse, q, k, v, bias]
-    strategies = [[R] * 6]
+    strategies: list[list[Placement | None]] = [[R] * 6]
     for d in (1, 0):
         strategies.append([Shard(d)] * 5 + _bias_follows(op_schema, 0, 3, d))
     return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=2)
@@ -137,7 +139,7 @@ def _fwd_strategy(op_schema: OpSchema) -> OpStrategy:
 def _bwd_strategy(op_schema: OpSchema) -> OpStrategy:
     mesh = op_schema.get_mesh_from_args(validate=False)
     # [dq, dk, dv, dbias, grad_out, q, k, v, bias, out, lse]
-    strategies = [[R] * 11]
+    strategies: list[list[Placement | None]] = [[R] * 11]
     for d in (1, 0):
         bias = _bias_follows(op_schema, 1, 4, d)
         dbias = bias if isinstance(bias[0], Shard) else [Partial()]  # summed over the sharded dim

@@ -70,7 +70,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -362,7 +362,7 @@ class _Eager:
     def _dump(self, args) -> None:
         from galvatron_fx.capture import capture
 
-        d = _graph_dir(self.opts, self.gm)
+        d = cast(Path, _graph_dir(self.opts, self.gm))  # dumped with a dump_dir
         sig = GraphSignature.of(self.gm, args)
         if sig.unmapped:
             raise CaptureError(f"graph inputs {list(sig.unmapped)} are not module state or call inputs")
@@ -415,7 +415,7 @@ class _Parallel:
         shell = to_shell(self.gm, self.sig, args)
         d = _graph_dir(opts, self.gm) if rank == 0 else None
         mg = capture(shell, inputs, name=opts.name, dump_dir=None if d is None else d / "passes")
-        plan = opts.plan if opts.plan is not None else _search_on_rank0(mg, opts.cluster, gbs, opts)
+        plan = opts.plan if opts.plan is not None else _search_on_rank0(mg, cast(Cluster, opts.cluster), gbs, opts)
         plan = _runnable(plan, world, gbs)
         check_same_plan(plan)
         self.pm = ParallelModule(shell, mg, plan)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -321,7 +321,7 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int, origin: dict,
     for n in mg.gm.graph.nodes:
         o = origin.get(n)
         if o is not None and n in pairs:  # a stamped copy: found as its origin was (the same op and constants)
-            for found in (ints, dims):
+            for found in cast(tuple[dict[str, Any], ...], (ints, dims)):
                 if o.name in found:
                     found[n.name] = found[o.name]
             if o.name in irregular:
@@ -338,14 +338,14 @@ def _mark(mg: ModelGraph, probe_gm: torch.fx.GraphModule, b2: int, origin: dict,
             if len(mine) != len(theirs):
                 irregular.add(n.name)
                 continue
-            found = []
+            found_ints: list[tuple[int, int]] = []
             for i, (x, y) in enumerate(zip(mine, theirs)):
                 if type(x) is int and type(y) is int and x != y:
                     if not scaled(x, y):
                         irregular.add(n.name)
-                    found.append((i, x))
-            if found:
-                ints[n.name] = tuple(found)
+                    found_ints.append((i, x))
+            if found_ints:
+                ints[n.name] = tuple(found_ints)
         vals = [v for v in tree_flatten(n.meta.get("val"))[0]]
         wals = [w for w in tree_flatten(m.meta.get("val"))[0]]
         if len(vals) != len(wals):
@@ -536,7 +536,7 @@ def _select_loss(gm, ep, model_name: str, has_loss_fn: bool) -> tuple[list[str],
                 "target as the last example input")
         raise UnsupportedModelError(f"{model_name} returns a {what}: galvatron_fx trains on a scalar loss; {hint}")
     others = [o.name for o in flat[first_user:] if isinstance(o, torch.fx.Node) and o is not loss]
-    return [loss.name], list(dict.fromkeys(others))
+    return [cast(torch.fx.Node, loss).name], list(dict.fromkeys(others))
 
 
 def _output_keys(ep, gm) -> dict[str, str]:

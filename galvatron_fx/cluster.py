@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from galvatron_fx import cluster_presets, limits
 from galvatron_fx.cluster_checks import check_keys, read_number, validate_cluster
@@ -346,7 +346,7 @@ class Cluster:
             merged.setdefault(Collective(c), {}).update(per_size)
         new_tier = dataclasses.replace(old, fits=merged)
         key = "intra_node" if new_tier.name is TierName.INTRA_NODE else "inter_node"
-        return dataclasses.replace(self, **{key: new_tier}, **changes)
+        return dataclasses.replace(self, **cast(dict[str, Any], {key: new_tier}), **changes)
 
 
 def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:

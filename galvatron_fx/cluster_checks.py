@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from galvatron_fx import limits
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["check_keys", "is_real", "read_number", "validate_cluster"]
 
 
-def check_keys(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> None:
+def check_keys(obj: Any, where: str, required: set[str], optional: AbstractSet[str] = frozenset()) -> None:
     """``obj`` is a JSON object with every ``required`` key and no key outside ``required | optional``."""
     if not isinstance(obj, Mapping):
         raise ConfigError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -118,15 +119,15 @@ def validate_cluster(c: Cluster) -> None:
         limits.BYTES_S.check(t.bandwidth_bytes_s, f"{w}.bandwidth_bytes_s",
                              "give the per-device bus bandwidth in bytes per second")
         for coll, per in t.fits.items():
-            for n, f in per.items():
+            for n, fit in per.items():
                 fw = f"{w}.fits[{str(coll)!r}][{n!r}]"
-                if not is_real(n) or n < 2 or not is_real(f.alpha_s) or f.alpha_s < 0 \
-                        or not is_real(f.beta_s_per_byte) or f.beta_s_per_byte < 0:
-                    raise ConfigError(f"{fw} is invalid: {f} (group size >= 2, alpha/beta >= 0)")
+                if not is_real(n) or n < 2 or not is_real(fit.alpha_s) or fit.alpha_s < 0 \
+                        or not is_real(fit.beta_s_per_byte) or fit.beta_s_per_byte < 0:
+                    raise ConfigError(f"{fw} is invalid: {fit} (group size >= 2, alpha/beta >= 0)")
                 _FIT_GROUP.check(n, f"{fw}: group size")
-                limits.LATENCY_S.check(f.alpha_s, f"{fw}.alpha_s")
-                limits.SECONDS_PER_BYTE.check(f.beta_s_per_byte, f"{fw}.beta_s_per_byte")
-                for i, (nbytes, time_s) in enumerate(f.points):
+                limits.LATENCY_S.check(fit.alpha_s, f"{fw}.alpha_s")
+                limits.SECONDS_PER_BYTE.check(fit.beta_s_per_byte, f"{fw}.beta_s_per_byte")
+                for i, (nbytes, time_s) in enumerate(fit.points):
                     _POINT_BYTES.check(nbytes, f"{fw}.points[{i}][0] (bytes)")
                     _POINT_S.check(time_s, f"{fw}.points[{i}][1] (seconds)")
     if is_real(c.overlap_slowdown) and c.overlap_slowdown < 1.0:

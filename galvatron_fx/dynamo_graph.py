@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -105,7 +105,7 @@ class GraphSignature:
         roots: list[str] = []
         for s, p, ex in zip(names, parsed, example_inputs):
             if p is not None and p[1] and p[0] not in roots and \
-                    (isinstance(ex, nn.Parameter) or _CONTAINERS & set(_raw_tokens(s))):
+                    (isinstance(ex, nn.Parameter) or _CONTAINERS & set(_raw_tokens(cast(str, s)))):
                 roots.append(p[0])
         inputs, input_names, state, unmapped = [], [], [], []
         taken: set[str] = set()
@@ -195,7 +195,7 @@ def _inline_forward(g: fx.Graph, body: fx.GraphModule, args: list, stack: dict):
     them, where the function's own backward would (the same derivative for a function whose
     backward is its forward's, as BLOOM's GeLU; the runtime differentiates every layer so). Its
     grad-mode switches are dropped. Returns the forward's outputs, as the call returns them."""
-    env: dict[fx.Node, object] = {}
+    env: dict[fx.Node, Any] = {}
     phs = [n for n in body.graph.nodes if n.op == "placeholder"]
     env.update(zip(phs, args))
     for n in body.graph.nodes:

@@ -61,7 +61,7 @@ class Trainer(transformers.Trainer):
 
     # ---- the compiled module -------------------------------------------------------------------
     def _example_batch(self) -> dict[str, Any]:
-        dataset = self.train_dataset if self.train_dataset is not None else self.eval_dataset
+        dataset: Any = self.train_dataset if self.train_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("galvatron_fx.hf.Trainer plans on the first training batch: give a train_dataset")
         n = self.args.per_device_train_batch_size

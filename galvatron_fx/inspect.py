@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.fmt import fmt_bytes, fmt_count, format_table  # noqa: F401 (re-exported)
 from galvatron_fx.ir.meta import facts
@@ -83,7 +83,7 @@ def graph_to_json_dict(mg: ModelGraph, *, nodes: bool = False) -> dict:
             "modules": l.modules, "param_names": l.param_names,
             "inputs": l.input_names, "outputs": l.output_names, "nodes": l.node_names,
         })
-    out = {
+    out: dict[str, Any] = {
         "model": mg.name,
         "num_params": mg.num_params,
         "param_bytes": mg.param_bytes,

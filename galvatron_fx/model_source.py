@@ -49,7 +49,7 @@ class ModelSource:
 def resolve(*, zoo_name: str | None = None, hf_config: str | Path | None = None,
             factory: str | None = None) -> ModelSource:
     """The one model source given; a :class:`ConfigError` saying what to pass otherwise."""
-    given = [(k, v) for k, v in (("zoo", zoo_name), ("hf", hf_config), ("factory", factory)) if v]
+    given: list[tuple[str, Any]] = [(k, v) for k, v in (("zoo", zoo_name), ("hf", hf_config), ("factory", factory)) if v]
     if len(given) != 1:
         what = "none" if not given else " and ".join({"zoo": "a zoo name", "hf": "--hf-config",
                                                      "factory": "--model"}[k] for k, _ in given)

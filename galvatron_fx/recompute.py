@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from enum import StrEnum
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -53,7 +54,7 @@ def checkpoint_fn(mode: Recompute | str):
     mode = Recompute(mode)
     if mode == Recompute.NONE:
         return None
-    kwargs = {"use_reentrant": False}
+    kwargs: dict[str, Any] = {"use_reentrant": False}
     if mode == Recompute.SELECTIVE:
         kwargs["context_fn"] = selective_context_fn
 

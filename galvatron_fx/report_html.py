@@ -30,7 +30,7 @@ import html
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.fmt import fmt_bytes, fmt_seconds
@@ -168,7 +168,7 @@ def _memory(plan) -> str:
         ranks = plan.stage_ranks[s]
         rows.append(f'<text x="0" y="{y + 17}">stage {s} (ranks {ranks[0]}–{ranks[-1]})</text>' if len(ranks) > 1
                     else f'<text x="0" y="{y + 17}">stage {s} (rank {ranks[0]})</text>')
-        x = left
+        x: float = left
         for k, v in cats.items():
             w = plot * v / scale_max
             if w <= 0:
@@ -429,7 +429,7 @@ def _measured(plan, run: dict | None) -> str:
     m_mem = _num(meas, "peak_memory_bytes", "peak_bytes")
     steps = [r for r in run["metrics"] if _num(r, "step_s") is not None]
     if m_step is None and steps:
-        tail = sorted(_num(r, "step_s") for r in steps[min(3, len(steps) - 1):])
+        tail = sorted(cast(float, _num(r, "step_s")) for r in steps[min(3, len(steps) - 1):])
         m_step = tail[len(tail) // 2]
     rows = [("step time", fmt_seconds(p_step), fmt_seconds(m_step) if m_step is not None else "—",
              f"{m_step / p_step:.2f}×" if m_step is not None and p_step else "—"),
@@ -452,13 +452,13 @@ def _measured(plan, run: dict | None) -> str:
                        f"<td class=\"num\">{_e(d)}</td></tr>" for a, b, c, d in rows) + "</table>")
     charts = ""
     if steps:
-        charts += _line_chart([_num(r, "step_s") for r in steps], [int(r.get("step", i + 1)) for i, r in
-                                                                   enumerate(steps)],
+        charts += _line_chart([cast(float, _num(r, "step_s")) for r in steps],
+                              [int(r.get("step", i + 1)) for i, r in enumerate(steps)],
                               ref=p_step, label="step time", fmt=fmt_seconds, cid="step_chart")
     losses = [r for r in run["metrics"] if _num(r, "loss") is not None]
     if len(losses) > 1:
-        charts += _line_chart([_num(r, "loss") for r in losses], [int(r.get("step", i + 1)) for i, r in
-                                                                  enumerate(losses)],
+        charts += _line_chart([cast(float, _num(r, "loss")) for r in losses],
+                              [int(r.get("step", i + 1)) for i, r in enumerate(losses)],
                               ref=None, label="loss", fmt=lambda v: f"{v:.3f}", cid="loss_chart")
     elif isinstance(rep.get("loss"), dict) and isinstance(rep["loss"].get("curve"), list) and len(rep["loss"]["curve"]) > 1:
         curve = [float(v) for v in rep["loss"]["curve"]]

@@ -21,6 +21,8 @@ runtime's dispatch does: one rule set.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, RuntimeSchemaInfo
@@ -62,12 +64,12 @@ def _fill_tensor(op_schema: OpSchema) -> OpStrategy:
     return OpStrategy(out)
 
 
-def _mask_placement(op_schema: OpSchema, q_index: int, d: int) -> list[Placement]:
+def _mask_placement(op_schema: OpSchema, q_index: int, d: int) -> list[Placement | None]:
     """An ``attn_mask``'s placement when q is sharded on ``d`` (none: no mask)."""
     mask = op_schema.kwargs_schema.get("attn_mask")
     if not isinstance(mask, OpStrategy):
         return []
-    keep = len(mask.shape) == 4 and mask.shape[d] == op_schema.args_schema[q_index].shape[d]
+    keep = len(mask.shape) == 4 and mask.shape[d] == cast(OpStrategy, op_schema.args_schema[q_index]).shape[d]
     return [Shard(d) if keep else Replicate()]
 
 
@@ -76,7 +78,8 @@ def _mask_placement(op_schema: OpSchema, q_index: int, d: int) -> list[Placement
 def _cpu_flash_attention(op_schema: OpSchema) -> OpStrategy:
     mesh = op_schema.get_mesh_from_args()
     # [out, logsumexp, q, k, v, (attn_mask)]
-    strategies = [[Replicate()] * 5 + ([Replicate()] if _mask_placement(op_schema, 0, 1) else [])]
+    strategies: list[list[Placement | None]] = [
+        cast(list[Placement | None], [Replicate()] * 5) + ([Replicate()] if _mask_placement(op_schema, 0, 1) else [])]
     for d in (1, 0):
         strategies.append([Shard(d)] * 5 + _mask_placement(op_schema, 0, d))
     return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=2)
@@ -87,7 +90,8 @@ def _cpu_flash_attention(op_schema: OpSchema) -> OpStrategy:
 def _cpu_flash_attention_backward(op_schema: OpSchema) -> OpStrategy:
     mesh = op_schema.get_mesh_from_args(validate=False)
     # [grad_q, grad_k, grad_v, grad_out, q, k, v, out, logsumexp, (attn_mask)]
-    strategies = [[Replicate()] * 9 + ([Replicate()] if _mask_placement(op_schema, 1, 1) else [])]
+    strategies: list[list[Placement | None]] = [
+        cast(list[Placement | None], [Replicate()] * 9) + ([Replicate()] if _mask_placement(op_schema, 1, 1) else [])]
     for d in (1, 0):
         strategies.append([Shard(d)] * 9 + _mask_placement(op_schema, 1, d))
     return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=3)
@@ -101,7 +105,7 @@ def _cpu_flash_attention_backward(op_schema: OpSchema) -> OpStrategy:
 # Rows cannot be split (the offsets are positions in the whole token list), nor experts (that is
 # expert parallelism: tokens must travel to their experts' ranks).
 
-def _grouped_mm_2d3d(out_partial: Placement = Partial()) -> list[list[Placement]]:
+def _grouped_mm_2d3d(out_partial: Placement = Partial()) -> list[list[Placement | None]]:
     # [out, x, w, offs]
     return [[Replicate()] * 4,
             [Shard(1), Replicate(), Shard(2), Replicate()],
@@ -111,8 +115,9 @@ def _grouped_mm_2d3d(out_partial: Placement = Partial()) -> list[list[Placement]
 def _grouped_mm_strategy(op_schema: OpSchema) -> OpStrategy:
     mesh = op_schema.get_mesh_from_args()
     tensors = op_schema.args_strategy + op_schema.kwargs_strategy
-    x, w = op_schema.args_schema[:2]
+    x, w = cast(tuple[OpStrategy, ...], op_schema.args_schema[:2])
     nd = (len(x.shape), len(w.shape))
+    rules: list[list[Placement | None]]
     if nd == (2, 3) and len(tensors) == 3:
         rules = _grouped_mm_2d3d()
     elif nd == (2, 2) and len(tensors) == 3:  # x^T (K, S) by g (S, N) grouped over S -> (E, K, N): a weight's grad
@@ -126,7 +131,8 @@ def _grouped_mm_strategy(op_schema: OpSchema) -> OpStrategy:
 def _grouped_mm_backward_strategy(op_schema: OpSchema) -> OpStrategy:
     # (x, w, offs, grad_out) -> (grad_x, grad_w): [grad_x, grad_w, x, w, offs, grad_out]
     mesh = op_schema.get_mesh_from_args()
-    rules = [[Replicate()] * 6,
+    rules: list[list[Placement | None]] = [
+             [Replicate()] * 6,
              [Partial(), Shard(2), Replicate(), Shard(2), Replicate(), Shard(1)],
              [Shard(1), Shard(1), Shard(1), Shard(1), Replicate(), Replicate()]]
     return expand_to_full_mesh_op_strategy(mesh, op_schema, rules, input_index=2)

@@ -53,7 +53,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from galvatron_fx import run_config
 from galvatron_fx.commands import default_precision, offload_space
@@ -256,7 +258,8 @@ def run_cli(args: argparse.Namespace) -> int:
     train_batch, val_batch, data_what = _data(run, example, model)
     out = Path(run.metrics.out)
     steps = run.training.steps
-    recipe = dict(lr=run.optimizer.lr, steps=steps, warmup=run.optimizer.warmup, schedule=run.optimizer.schedule, min_lr=run.optimizer.min_lr)
+    recipe: dict[str, Any] = dict(lr=run.optimizer.lr, steps=steps, warmup=run.optimizer.warmup,
+                                  schedule=run.optimizer.schedule, min_lr=run.optimizer.min_lr)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
@@ -327,7 +330,8 @@ def run_cli(args: argparse.Namespace) -> int:
                 trace = out / f"step_trace.rank{rank}.json" if not slowed else None
                 if trace is not None:
                     out.mkdir(parents=True, exist_ok=True)
-                (loss, norm), busy, dt = efficiency.profiled(lambda b=b: step_fn(b), trace=trace)
+                (loss, norm), busy, dt = efficiency.profiled(cast(Callable[[], Any], lambda b=b: step_fn(b)),
+                                                             trace=trace)
                 density = efficiency.stage_density(busy / dt, plan.stage_ranks)
                 densities += [density] if density else []
                 slowed.append(dt)
@@ -392,7 +396,8 @@ def run_cli(args: argparse.Namespace) -> int:
 def _strict(rec: dict) -> dict:
     """A metrics record as strict JSON: a non-finite number is null (the step's ``skipped``
     field, or ``nonfinite``, says why)."""
-    out, bad = {}, []
+    out: dict[str, Any] = {}
+    bad: list[str] = []
     for k, v in rec.items():
         if isinstance(v, float) and not math.isfinite(v):
             out[k], bad = None, bad + [f"{k} {v}"]
@@ -438,7 +443,7 @@ def _resume(pm, opt, directory: str | None, candidates: list, rank: int) -> int:
         if rank == 0:
             print(f"resumed from {path} at step {start}", file=sys.stderr)
             for p in unloadable:  # newer saves that do not load: set aside (kept, hidden), their steps saved anew
-                if p != Path(directory):
+                if p != Path(cast(str, directory)):  # candidates come from the directory
                     aside = p.parent / f".{p.name}.unloadable-{int(time.time())}"
                     p.rename(aside)
                     print(f"  {p} set aside as {aside.name}", file=sys.stderr)

@@ -222,8 +222,8 @@ def init_from_hf(model, directory: str | os.PathLike) -> int:
     d = Path(directory)
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        with open(index, "rb") as f:  # bounded: a file that never ends (/dev/zero) is refused
-            text = f.read(MAX_INDEX_BYTES + 1)
+        with open(index, "rb") as fh:  # bounded: a file that never ends (/dev/zero) is refused
+            text = fh.read(MAX_INDEX_BYTES + 1)
         if len(text) > MAX_INDEX_BYTES:
             raise ConfigError(f"init hf:{d}: {index.name} is over {MAX_INDEX_BYTES >> 20} MiB; not a safetensors index")
         try:

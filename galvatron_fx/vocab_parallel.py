@@ -24,6 +24,8 @@ them too. The same ops with the class dim whole run through DTensor's own rules.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.fx as fx
@@ -45,7 +47,7 @@ def _class_dim(node: fx.Node) -> int | None:
     """The class dim of a vocab-parallel candidate node, or None when the node is not one."""
     if node.target is aten._log_softmax.default:
         x = _val(node.args[0])
-        return None if x is None or x.ndim == 0 else node.args[1] % x.ndim
+        return None if x is None or x.ndim == 0 else cast(int, node.args[1]) % x.ndim
     if node.target is aten.nll_loss_forward.default:
         x = _val(node.args[0])
         weight = node.args[2] if len(node.args) > 2 else None
@@ -59,7 +61,7 @@ def extra_strategies(node: fx.Node, tp: int) -> list[tuple[tuple[Placement | Non
     d = _class_dim(node)
     if d is None:
         return []
-    x = _val(node.args[0])
+    x = cast(torch.Tensor, _val(node.args[0]))  # a class dim implies a tensor value
     if x.shape[d] % tp != 0 or x.shape[d] < tp:
         return []
     if node.target is aten._log_softmax.default:
@@ -92,8 +94,8 @@ def collectives(node: fx.Node, inputs: tuple[Placement | None, ...]) -> list[tup
     ``(direction, collective, bytes)`` at the captured batch (every one grows with the rows)."""
     if not is_class_sharded(node, inputs):
         return []
-    x = _val(node.args[0])
-    d = _class_dim(node)
+    x = cast(torch.Tensor, _val(node.args[0]))  # class-sharded: a tensor value with a class dim
+    d = cast(int, _class_dim(node))
     row_bytes = x.numel() // x.shape[d] * 4  # per-row scalars, reduced in fp32 or the logits' dtype
     if node.target is aten._log_softmax.default:
         return [("fwd", "all_reduce", row_bytes), ("fwd", "all_reduce", row_bytes), ("bwd", "all_reduce", row_bytes)]
@@ -149,7 +151,7 @@ class _NllLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: DTensor, target: DTensor, reduction: int, ignore_index: int, axis: int):
         mesh, local, t = x.device_mesh, x._local_tensor, target._local_tensor
-        sharded = isinstance(x.placements[axis], Shard) and x.placements[axis].dim == 1
+        sharded = isinstance(x.placements[axis], Shard) and cast(Shard, x.placements[axis]).dim == 1
         valid = t != ignore_index
         rows = [i for i, p in enumerate(x.placements) if isinstance(p, Shard) and p.dim == 0 and mesh.size(i) > 1]
         count = valid.sum().to(local.dtype)

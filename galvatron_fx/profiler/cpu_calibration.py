@@ -69,6 +69,8 @@ def fit_fsdp_factor(cal: CPURuntimeCalibration) -> tuple[dict[int, float], dict[
     from galvatron_fx.capture import capture
     from galvatron_fx.search.price_plan import price_plan
 
+    fsdp: dict[int, float]
+    tp: dict[int, float]
     fsdp, tp, raw = {}, {}, {}
     for n in sorted({int(k.split("/")[0]) for k in cal.plan_step_s}):
         have = [name for name in PROBE_PLANS if f"{n}/{name}" in cal.plan_step_s]

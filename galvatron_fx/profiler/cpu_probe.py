@@ -121,7 +121,7 @@ def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) ->
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
-    out = {}
+    out: dict[tuple[int, str] | str, Any] = {}
     try:
         cluster = default_local_cpu(1)
         for b, rc in ((b, rc) for b in batch_sizes for rc in ("none", "selective")):
@@ -359,7 +359,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], r
                     elif g:
                         dist.all_reduce(bufs[b], group=groups[g])
                 times[(g, b, mode)].append((time.perf_counter() - t0) / iters)
-        res = {m: statistics.median(t) for m, t in times.items()}
+        res: dict[tuple, float] = {m: statistics.median(t) for m, t in times.items()}
         # the probe's DDP and ZeRO-3 plans over all ranks (4 samples per rank); FSDP's hooks warn
         # on every step on CPU
         warnings.filterwarnings("ignore", category=UserWarning)
@@ -395,6 +395,7 @@ def measure_collectives(worlds: Sequence[int], *, sizes: Sequence[int] = COLLECT
     alone (module doc, step 4)."""
     import torch.multiprocessing as tmp
 
+    plans: dict[str, float]
     out, close, overlap, plans, steps, raw = {}, {}, {}, {}, {}, {}
     for n in sorted(set(worlds) - {1}):
         ctx = tmp.get_context("spawn")

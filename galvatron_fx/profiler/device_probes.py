@@ -26,7 +26,7 @@ __all__ = ["measure_comm_buffers", "measure_compute", "measure_fixed_costs", "me
            "outside_allocator_bytes", "timed"]
 
 
-def timed(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None]) -> float:
+def timed(fn: Callable[..., Any], warmup: int, repeats: int, sync: Callable[[], None]) -> float:
     for _ in range(warmup):
         fn()
     sync()

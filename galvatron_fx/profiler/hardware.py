@@ -142,7 +142,8 @@ def _collective_series(coll: Collective, sizes: Sequence[int], n: int, group, de
     part2 = torch.empty(big // n, device=device)
     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    out = []
+    out: list[tuple[int, Callable[..., Any]]] = []
+    fn: Callable[..., Any]  # called without arguments; the lambdas bind theirs as defaults
     for m in numels:
         f, p, p2 = full[:m], part[: m // n], part2[: m // n]
         if coll is Collective.ALL_REDUCE:
@@ -332,7 +333,7 @@ def profile_hardware(
         groups: dict[tuple[int, str], tuple[Any, list[int]]] = {}
         for n in sizes_n:
             for arr, parts in arrangements[n].items():
-                mine = None
+                mine: Any = None
                 for ranks in parts:
                     g = dist.new_group(ranks) if n < world else dist.group.WORLD
                     if rank in ranks:

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -162,9 +162,9 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float], *, keep_po
     coef, _ = nnls(a, np.ones_like(t))
     points: tuple[tuple[int, float], ...] = ()
     if keep_points:
-        best: dict[int, float] = {}
+        best: dict[int, list[float]] = {}
         for si, ti in zip(s, t):  # several arrangements of one size: keep the median
-            best.setdefault(int(si), []).append(float(ti))  # type: ignore[arg-type]
+            best.setdefault(int(si), []).append(float(ti))
         sizes = sorted(best)
         smooth = _monotone([float(np.median(best[k])) for k in sizes], [len(best[k]) for k in sizes])
         points = tuple(zip(sizes, smooth))
@@ -214,10 +214,10 @@ def slow_node_links(
     then keeps data-parallel groups off it, :mod:`galvatron_fx.topology`). A node pair's bandwidth
     is the median of its rank pairs'."""
     per_pair: dict[tuple[int, int], list[float]] = {}
-    for (a, b), bw in pair_bytes_s.items():
+    for (a, b), pair_bw in pair_bytes_s.items():
         na, nb = node_of(a), node_of(b)
         if na != nb:
-            per_pair.setdefault((min(na, nb), max(na, nb)), []).append(bw)
+            per_pair.setdefault((min(na, nb), max(na, nb)), []).append(pair_bw)
     if len(per_pair) < 2:
         return ()
     bw = {k: statistics.median(v) for k, v in per_pair.items()}
@@ -316,7 +316,8 @@ def node_kinds(nodes: Sequence[NodeDevice], *, slow_ratio: float = SLOW_NODE_RAT
     for i, n in enumerate(nodes):
         if n.name not in best or rate(n) > rate(nodes[best[n.name]]):
             best[n.name] = i
-    kinds, ref = [], {}
+    kinds: list[str] = []
+    ref: dict[str, NodeDevice] = {}
     for i, n in enumerate(nodes):
         top = nodes[best[n.name]]
         kind = n.name if rate(n) >= slow_ratio * rate(top) else f"{n.name} @node{i}"[:96]
@@ -411,7 +412,7 @@ def build_cluster(
             for k, n in ref.items():
                 own = dataclasses.replace(spec, kind=k, peak_flops=dict(n.peak_flops) or spec.peak_flops,
                                           memory_bandwidth_bytes_s=n.memory_bandwidth_bytes_s or mem_bw or 10e9,
-                                          **_node_fixed_costs(spec, n, fastest[n.name]))
+                                          **cast(dict[str, Any], _node_fixed_costs(spec, n, fastest[n.name])))
                 if device.type == "cuda" and n.memory_bytes:
                     own = dataclasses.replace(own, memory_bytes=int(n.memory_bytes))
                 specs[k] = own

@@ -236,7 +236,7 @@ def fit_efficiency(points: Sequence[_Point], peak_flops: float, bandwidth_bytes_
     def resid(x):
         return np.log(_predict(x, points, peak_flops, bandwidth_bytes_s)) - np.log(t)
 
-    best = None
+    best: Any = None
     lo, hi = np.log([1e-4, 1e-4, 1e-9]), np.log([20.0, 20.0, 1e-2])
     for m0 in (0.05, 0.5, 2.0):
         for e0 in (0.05, 0.5, 2.0):
@@ -329,9 +329,9 @@ def profile_model(
             layer = graphs[b].layers[i]
             m = cached[layer.kind]
             for d in ("fwd", "bwd"):
-                f, nb, n = _point_arrays(graphs[b], layer, d)
+                flops, nb, n = _point_arrays(graphs[b], layer, d)
                 if n and m[f"{d}_s"] > 0:
-                    points.append((g, d, f, nb, n, float(m[f"{d}_s"])))
+                    points.append((g, d, flops, nb, n, float(m[f"{d}_s"])))
     if not points:
         raise ConfigError("no layer did any measurable work; nothing to calibrate")
     matmul, memory, overhead = fit_efficiency(points, peak, bw)

@@ -30,13 +30,17 @@ import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from galvatron_fx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.graph import ModelGraph
+    from galvatron_fx.ir.plan import ParallelPlan
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,11 @@ class Replan:
 
 class AdaptiveMixin:
     """The closed loop on a parallel module (see module doc)."""
+
+    if TYPE_CHECKING:  # set by the parallel module
+        plan: ParallelPlan
+        mg: ModelGraph
+        global_batch_size: int
 
     def observe(self, steps: int = 5, *, memory: bool = True) -> None:
         """Record the next ``steps`` training steps (per-layer times, sync, optimizer, step time;
@@ -154,14 +163,14 @@ class AdaptiveMixin:
             (old.predicted.memory_budget_bytes or args["memory_budget"])  # (a hand-made plan records none)
         space = search if search is not None else args["search"]
 
-        def search():
+        def run_search():
             # the running graph when the shape stays (its kinds are the ones the refit measured)
             mg0 = gfx.capture(model, ex_args, args["loss_fn"], example_kwargs=ex_kwargs) if reshaped else self.mg
             return gfx.plan(mg0, self._cluster(), global_batch_size=gbs, memory_budget=budget, search=space, precision=old.precision, cost_model=cm, progress=False,
                             name=old.model)
 
-        new = plan_on_rank0(search)
-        box = [None]
+        new = plan_on_rank0(run_search)
+        box: list[Any] = [None]
         if dist.get_rank() == 0:
             if reshaped:
                 cur_s, decision = float("nan"), (True, "the shape changed: the new shape's plan runs")
@@ -197,7 +206,7 @@ class AdaptiveMixin:
         new = _compile(args["model"], args["cluster"] or self._cluster(), ex_args, ex_kwargs, args["loss_fn"],
                        plan.global_batch_size, plan.predicted.memory_budget_bytes or args["memory_budget"], plan,
                        args["search"])
-        move_state(self, new, optimizer)
+        move_state(cast(nn.Module, self), new, optimizer)
         new.set_inputs(args.get("inputs", "global"))
         new.__dict__["_compile_args"] = {**args, "example_inputs": ex_args, "example_kwargs": ex_kwargs}
         ref = self.__dict__.get("_user_model_ref")
@@ -327,7 +336,7 @@ def move_state(old: nn.Module, new: nn.Module, optimizer: torch.optim.Optimizer 
     for s in new_slots:
         by_param.setdefault(id(s.param), s)
     params = [s.param for s in new_slots if by_param[id(s.param)] is s]
-    groups = [[] for _ in optimizer.param_groups]
+    groups: list[list[Any]] = [[] for _ in optimizer.param_groups]
     for p in params:
         groups[group_of.get(by_param[id(p)].fqn, 0)].append(p)
     optimizer.state.clear()

@@ -22,6 +22,7 @@ launched when the bucket is ready, its second in :meth:`GradBucketer.finish`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -80,7 +81,8 @@ class GradBucketer:
                  group: dist.ProcessGroup | None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  first_bucket_bytes: int = FIRST_BUCKET_BYTES, *, reduce_dtype: torch.dtype | None = None,
                  powersgd: PowerSGD | None = None):
-        self.entries = [list(e) if isinstance(e, (list, tuple)) else [e] for e in entries]
+        self.entries: list[list[torch.nn.Parameter]] = [
+            list(e) if isinstance(e, (list, tuple)) else [cast(torch.nn.Parameter, e)] for e in entries]
         self.group = group
         self.reduce_dtype = reduce_dtype  # None: sum in the gradients' own dtype
         self.powersgd = powersgd
@@ -91,7 +93,8 @@ class GradBucketer:
         self._fired: list[int] = [0] * len(self.entries)
         self._summed: set[int] = set()
         self._ready: list[int] = [0] * len(self.buckets)
-        self._pending: dict[int, tuple[list[torch.Tensor], torch.Tensor, object]] = {}
+        # (owners, flat buffer or None under PowerSGD, (wire, work) or PowerSGD's round)
+        self._pending: dict[int, tuple[list[torch.nn.Parameter], torch.Tensor | None, Any]] = {}
         self._launched: set[int] = set()
         self._extra: torch.Tensor | None = None  # see arm()
         self._extra_at: tuple | None = None  # (bucket, numel, shape) of the extra in its flat buffer
@@ -136,7 +139,7 @@ class GradBucketer:
         copies = self.entries[i]
         if len(copies) == 1:
             return
-        grads = [p.grad for p in copies if p.grad is not None]
+        grads = cast("list[torch.Tensor]", [p.grad for p in copies if p.grad is not None])
         if not grads:
             return
         total = grads[0] if copies[0].grad is grads[0] else grads[0].clone()
@@ -150,7 +153,7 @@ class GradBucketer:
 
     def _launch(self, b: int) -> None:
         owners = [p for p in (self.entries[i][0] for i in self.buckets[b]) if p.grad is not None]
-        grads = [p.grad for p in owners]
+        grads = cast("list[torch.Tensor]", [p.grad for p in owners])  # (owners: those with a gradient)
         self._launched.add(b)
         if self.powersgd is not None and self.powersgd.compressing:
             if grads:
@@ -175,6 +178,7 @@ class GradBucketer:
     @torch.no_grad()
     def finish(self) -> int:
         """Reduce every gradient (see class doc); returns the number of collectives."""
+        flat: torch.Tensor | None
         for i, e in enumerate(self.entries):
             if len(e) > 1:
                 self._sum_copies(i)
@@ -189,7 +193,7 @@ class GradBucketer:
         for b in sorted(self._pending):
             owners, flat, work = self._pending[b]
             if flat is None:  # PowerSGD: its second round, the sums written into the gradients
-                self.powersgd.finish(work)
+                cast(PowerSGD, self.powersgd).finish(work)
                 continue
             wire, work = work
             work.wait()
@@ -202,8 +206,8 @@ class GradBucketer:
                 continue
             offset = 0
             for p in owners:  # the gradients become views of the reduced buffer: no copy back
-                size = p.grad.numel()
-                p.grad = flat[offset:offset + size].view_as(p.grad)
+                size = cast(torch.Tensor, p.grad).numel()
+                p.grad = flat[offset:offset + size].view_as(cast(torch.Tensor, p.grad))
                 offset += size
         for e in self.entries:
             if len(e) > 1 and e[0].grad is not None:

@@ -66,7 +66,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -113,6 +113,7 @@ from galvatron_fx.runtime.checkpoint_slots import (
 from galvatron_fx.runtime.guard import guarded
 
 if TYPE_CHECKING:
+    from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     ``path`` is replaced when it is of the same model (the same parameters and buffers, under any
     plan or world size); one of another model raises ``ConfigError`` on every rank, with nothing
     written, unless ``overwrite``. Returns ``path``."""
-    bodies, plan = _bodies(pm), pm.plan
+    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
     path = Path(path).absolute()
     rank = dist.get_rank()
     if step is not None:
@@ -442,11 +443,15 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     sha256 (the ranks split the reading); sizes are always checked. Raises ``ConfigError`` on
     every rank, with the module untouched, if the checkpoint is incomplete, damaged or for other
     parameters."""
-    bodies, plan = _bodies(pm), pm.plan
+    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
     rank, world = dist.get_rank(), dist.get_world_size()
     where = _resolve(Path(path).absolute())
     want, copies = _expected_everywhere(bodies)
     optional = {f"model.{k}" for k in _unused(bodies)}  # the same on every rank
+    # read below; past _agree() every rank read them
+    manifest: Any
+    md: Any
+    trainer: Any
     problem, manifest, md, trainer, slot_of = None, None, None, None, {}
     try:
         # what every rank reads before the ranks agree, it checks itself first
@@ -553,7 +558,7 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
     ``strict``; shape mismatches always. Returns ``(missing_keys, unexpected_keys)`` like
     ``nn.Module.load_state_dict``.
     """
-    bodies, plan = _bodies(pm), pm.plan
+    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
     slots: dict[str, list[_Slot]] = {}
     for s in _slots(bodies):
         slots.setdefault(s.fqn, []).append(s)

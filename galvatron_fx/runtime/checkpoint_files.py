@@ -43,8 +43,9 @@ import os
 import pickle
 import shutil
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -331,7 +332,7 @@ class _Reader(FileSystemReader):
         md = read_dcp_metadata(self.path)
         if getattr(md, "storage_meta", None) is None:
             md.storage_meta = StorageMeta()
-        md.storage_meta.load_id = self.load_id
+        cast(StorageMeta, md.storage_meta).load_id = self.load_id  # (set just above when None)
         return md
 
 
@@ -407,7 +408,7 @@ def _saved_shapes(md) -> dict[str, tuple[int, ...]]:
             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
 
 
-def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: set[str] = frozenset()) -> None:
+def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: AbstractSet[str] = frozenset()) -> None:
     """The checkpoint holds every key of ``want`` (but those in ``optional``) with its shape, and
     no other ``model.`` key."""
     saved = _saved_shapes(md)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,8 @@ from torch.distributed.tensor import DTensor, Replicate
 from galvatron_fx.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
     from galvatron_fx.runtime.layer_exec import LayerExecutor
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
@@ -40,8 +42,8 @@ def _bodies(pm: nn.Module | Sequence[ParallelModule]) -> list[ParallelModule]:
     from galvatron_fx.runtime.pipeline import PipelineModule
 
     if isinstance(pm, PipelineModule):
-        return [ch.body for ch in pm.chunks]
-    return list(pm) if isinstance(pm, (list, tuple)) else [pm]
+        return cast("list[ParallelModule]", [ch.body for ch in pm.chunks])
+    return cast("list[ParallelModule]", list(pm) if isinstance(pm, (list, tuple)) else [pm])
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def _slots(pm: nn.Module | Sequence[ParallelModule]) -> list[_Slot]:
     seen: dict[str, int] = {}
     out = []
     for body in _bodies(pm):
-        for layer, ex in zip(body.layer_ids, body.executors):
+        for layer, ex in zip(body.layer_ids, cast("list[LayerExecutor]", body.executors)):
             for key, fqn in ex.fqn_of_key.items():
                 out.append(_Slot(ex, key, fqn, seen.get(fqn, 0), layer))
                 seen[fqn] = seen.get(fqn, 0) + 1
@@ -100,9 +102,10 @@ def _view(slot: _Slot, t: torch.Tensor) -> DTensor:
     """``t`` (the slot's parameter or an elementwise state tensor of it) as a DTensor in the
     slot's layout, over the same storage (DCP reads and writes it in place)."""
     if isinstance(t, DTensor):
-        return t.detach()
+        return cast(DTensor, t.detach())
     tp_p, shape, stride = slot.ex._meta[slot.key]
-    return DTensor.from_local(t.detach(), slot.ex.mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
+    return DTensor.from_local(t.detach(), slot.ex.mesh, (R, tp_p), run_check=False, shape=cast(torch.Size, shape),
+                              stride=stride)
 
 
 def _is_elementwise(p: torch.Tensor, v: torch.Tensor) -> bool:
@@ -149,4 +152,4 @@ def _reshard_fsdp(bodies: list[ParallelModule]) -> None:
     for body in bodies:
         for ex in body.executors:
             if getattr(ex, "fsdp", False):
-                ex.reshard()
+                cast("FSDPModule", ex).reshard()

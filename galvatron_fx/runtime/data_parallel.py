@@ -46,6 +46,9 @@ layer's parameters copies the stepped master back. With no offloaded layer nothi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
 import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -57,6 +60,12 @@ from galvatron_fx.runtime.buckets import GradBucketer
 from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.powersgd import PowerSGD
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule
+
+    from galvatron_fx.ir.plan import ParallelPlan
+
 __all__ = ["DataParallelMixin"]
 
 R = Replicate()
@@ -65,7 +74,7 @@ R = Replicate()
 class _FSDPRoot(nn.Module):
     """The FSDP root of a :class:`ParallelModule`'s sharded layers (see ``_fsdp_root``)."""
 
-    def __init__(self, units: list[nn.Module]):
+    def __init__(self, units: Sequence[nn.Module]):
         super().__init__()
         self.units = nn.ModuleList(units)
 
@@ -75,6 +84,17 @@ class _FSDPRoot(nn.Module):
 
 class DataParallelMixin:
     """FSDP sharding, tied weights and the gradient sync of a ``ParallelModule`` (see module doc)."""
+
+    if TYPE_CHECKING:  # set or defined by the host ``ParallelModule``
+        plan: ParallelPlan
+        layer_ids: Sequence[int]
+        executors: nn.ModuleList  # of LayerExecutor
+        _tied: list[list[tuple[LayerExecutor, str]]]
+        _bucketers: dict[tuple[int, int], GradBucketer]
+        _dtensor_params: list  # (executor, key) of the parameters kept as DTensors
+        _working: list
+
+        def mesh(self, dp: int, tp: int) -> DeviceMesh: ...
 
     # ---- sharding and tied weights --------------------------------------------------------------
     def _shard_all(self) -> None:
@@ -90,7 +110,7 @@ class DataParallelMixin:
         units; an offloaded unit keeps its shards on the host (``CPUOffloadPolicy``). Every unit then
         joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
         context: a gather is prefetched during the backward of the unit after it."""
-        layers = dict(zip(self.layer_ids, self.executors))
+        layers = dict(zip(self.layer_ids, cast("list[LayerExecutor]", self.executors)))
         dp_type = {i: str(self.plan.layers[i].strategy.dp_type) for i in self.layer_ids}
         offload = {i: self.plan.layers[i].strategy.offload for i in self.layer_ids}
         for i, ex in layers.items():
@@ -147,22 +167,24 @@ class DataParallelMixin:
                 # no tp: plain FSDP over the 1-D dp mesh; its gathered parameters are plain
                 # tensors the layer graph reads as they are (no DTensor per parameter and step)
                 self._plain_parameters(exs)
-                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh["dp"], reshard_after_forward=reshard,
-                            mp_policy=mp, offload_policy=off, ignored_params=ignored or None)
+                fully_shard(cast("list[nn.Module]", exs) if len(exs) > 1 else ex, mesh=ex.mesh["dp"],
+                            reshard_after_forward=reshard, mp_policy=mp, offload_policy=off,
+                            ignored_params=ignored or None)
             else:
                 # FSDP's SPMD form wants every parameter on the very mesh object it is given
                 # (meshes are process-wide, see mesh(), so DTensor's spec cache hands back the same one)
-                meshes = {id(p.device_mesh): p.device_mesh for e in exs for p in e.parameters()}
+                meshes = {id(cast(DTensor, p).device_mesh): cast(DTensor, p).device_mesh
+                          for e in exs for p in e.parameters()}
                 if len(meshes) != 1 or next(iter(meshes.values())) is not ex.mesh:
                     raise PlanError(f"layer {self.plan.layers[members[0]].name}: its parameters are not all on "
                                     f"the layer's (dp, tp) mesh {ex.mesh} (found {list(meshes.values())}); cannot "
                                     "shard them with FSDP")
-                fully_shard(exs if len(exs) > 1 else ex, mesh=ex.mesh, reshard_after_forward=reshard,
-                            dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp, offload_policy=off,
-                            ignored_params=ignored or None)
+                fully_shard(cast("list[nn.Module]", exs) if len(exs) > 1 else ex, mesh=ex.mesh,
+                            reshard_after_forward=reshard, dp_mesh_dims=DataParallelMeshDims(shard="dp"), mp_policy=mp,
+                            offload_policy=off, ignored_params=ignored or None)
             for e in exs:
-                e.set_gradient_divide_factor(1.0)
-                e.set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
+                cast("FSDPModule", e).set_gradient_divide_factor(1.0)
+                cast("FSDPModule", e).set_force_sum_reduction_for_comms(True)  # gloo has neither AVG nor PREMUL_SUM
         if groups:
             self._fsdp_root([layers[i] for members in groups.values() for i in members])
 
@@ -177,7 +199,7 @@ class DataParallelMixin:
                 if p.ndim != 0:
                     continue
                 if id(p) not in plain:
-                    local = p.detach()._local_tensor if isinstance(p, DTensor) else p.detach()
+                    local = cast(DTensor, p.detach())._local_tensor if isinstance(p, DTensor) else p.detach()
                     plain[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
                 ex.params[key] = plain[id(p)]
                 ex._local.add(key)
@@ -195,7 +217,7 @@ class DataParallelMixin:
                 if not isinstance(p, DTensor):  # (plain already: a 0-dim one FSDP leaves whole)
                     continue
                 if id(p) not in plain:
-                    plain[id(p)] = nn.Parameter(p.detach()._local_tensor, requires_grad=p.requires_grad)
+                    plain[id(p)] = nn.Parameter(cast(DTensor, p.detach())._local_tensor, requires_grad=p.requires_grad)
                 ex.params[key] = plain[id(p)]
                 ex._local.add(key)
 
@@ -216,7 +238,7 @@ class DataParallelMixin:
         optimizer steps it once (FSDP units share theirs in :meth:`_shard_all`). Offloaded layers
         share theirs with offloaded layers only, master and working copy alike."""
         first: dict[str, tuple[LayerExecutor, str]] = {}
-        for ex in self.executors:
+        for ex in cast("list[LayerExecutor]", self.executors):
             if ex.fsdp:
                 continue
             for key, fqn in ex.fqn_of_key.items():
@@ -238,7 +260,7 @@ class DataParallelMixin:
         """Per tied FQN, one ``(executor, key)`` per distinct parameter holding it (layers of one
         FSDP unit share theirs), where there are several."""
         by_fqn: dict[str, dict[int, tuple[LayerExecutor, str]]] = {}
-        for ex in self.executors:
+        for ex in cast("list[LayerExecutor]", self.executors):
             for key, fqn in ex.fqn_of_key.items():
                 by_fqn.setdefault(fqn, {}).setdefault(id(ex.params[key]), (ex, key))
         return [list(ps.values()) for ps in by_fqn.values() if len(ps) > 1]
@@ -246,7 +268,8 @@ class DataParallelMixin:
     def _working_copies(self) -> list:
         """The :class:`~galvatron_fx.runtime.layer_exec._Working` pairs of this module's
         offloaded parameters, each once (tied layers share one), in layer order."""
-        return list({id(w): w for ex in self.executors for w in ex._offloaded.values()}.values())
+        return list({id(w): w for ex in cast("list[LayerExecutor]", self.executors)
+                     for w in ex._offloaded.values()}.values())
 
     def _grad_bucketers(self) -> dict[tuple[int, int], GradBucketer]:
         """Every plain local parameter of a ``dp > 1`` layer joins its dp group's
@@ -255,7 +278,7 @@ class DataParallelMixin:
         equal mesh shapes are one bucket entry (summed locally, reduced once; at ``dp == 1`` only
         summed: ``_local_tied``); other tied copies are summed as full tensors (``_slow_tied``)."""
         self._local_tied, self._slow_tied = [], []
-        fast: dict[tuple[int, int], list[list[nn.Parameter]]] = {}
+        fast: dict[tuple[int, int], list[list[torch.Tensor]]] = {}
         for ps in self._tied:
             whole = all(k in ex._local and not ex.fsdp and isinstance(ex._meta[k][0], Replicate) for ex, k in ps)
             shapes = {(ex.mesh.size(0), ex.mesh.size(1)) for ex, _ in ps}
@@ -268,8 +291,8 @@ class DataParallelMixin:
         in_fast = {id(p) for groups in fast.values() for g in groups for p in g}
         by_group: dict[tuple[int, int], list] = {}
         seen: set[int] = set()
-        for ex in self.executors:  # in forward order, then reversed: a parameter shared by layers
-            if ex.mesh.size(0) == 1:  # (_share_tied) joins where backward finishes it
+        for ex in cast("list[LayerExecutor]", self.executors):  # in forward order, then reversed: a parameter
+            if ex.mesh.size(0) == 1:  # shared by layers (_share_tied) joins where backward finishes it
                 continue
             for k in ex.params:
                 if ex.fsdp and k not in ex._fsdp_ignored:  # (FSDP reduce-scatters its own)
@@ -333,7 +356,7 @@ class DataParallelMixin:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``nn.Module.zero_grad``, and the gradients offloaded layers' working copies hold from a
         backward whose sync has not run (they are no parameters of the module)."""
-        super().zero_grad(set_to_none)
+        cast(nn.Module, super()).zero_grad(set_to_none)
         for w in getattr(self, "_working", ()):
             w.copy.grad = None
 

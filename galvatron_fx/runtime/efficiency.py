@@ -105,7 +105,8 @@ def profiled(fn: Callable[[], Any], trace: str | os.PathLike | None = None) -> t
             prof.__exit__(None, None, None)
     if trace is not None:
         prof.export_chrome_trace(str(trace))
-    compute, comm = [], []
+    compute: list[tuple[float, float]] = []
+    comm: list[tuple[float, float]] = []
     for e in prof.events():
         on_gpu = e.device_type == DeviceType.CUDA
         if cuda != on_gpu or (not cuda and not e.name.startswith(("aten::", "_c10d", "c10d", "gloo"))):

@@ -9,6 +9,7 @@ the graph's own nodes (nothing read from a file).
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -75,6 +76,6 @@ def graph_callable(gm: fx.GraphModule):
     src = f"def graph_fn({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
     code = compile(src, f"<galvatron_fx graph {id(gm):x}>", "exec")
     exec(code, glob)  # noqa: S102 - source generated above from the graph's own nodes
-    fn = glob["graph_fn"]
-    fn.source = src  # for inspection
-    return fn
+    graph_fn: Any = glob["graph_fn"]
+    graph_fn.source = src  # for inspection
+    return graph_fn

@@ -28,11 +28,13 @@ from those last copied), when the layer next reads it (:meth:`~LayerExecutor.loc
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor.placement_types import Placement
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.layer_option import LayerOption
@@ -98,6 +100,13 @@ class LayerExecutor(nn.Module, PlacedLayer):
 
     replicate_plain = False
 
+    if TYPE_CHECKING:
+        written_values: list[torch.Tensor]  # the new values of the inputs a lowered call wrote (see _Lowered)
+        # set by the parallel module: per forward input, the value it reads and its tp placement;
+        # the names of the layer's outputs
+        feeds: list[tuple[str, Placement]]
+        layer_outputs: list[str]
+
     def __init__(self, dl: DecomposedLayer, option: LayerOption, mesh: DeviceMesh,
                  params: dict[str, torch.Tensor], fqns: dict[str, str] | None = None):
         nn.Module.__init__(self)
@@ -109,7 +118,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
             dt = distribute_tensor(params[name].detach().clone(), mesh, [R, tp_p])
             self.params[key] = nn.Parameter(dt, requires_grad=params[name].requires_grad)
             self.fqn_of_key[key] = fqn
-        self.lowered = None  # the traced local-op function (see lower())
+        self.lowered: _Lowered | None = None  # the traced local-op function (see lower())
         self._local: set[str] = set()  # parameters stored as plain local shards (localize())
         self._fsdp_ignored: set[str] = set()  # of an FSDP unit's, those it leaves whole (0-dim ones)
         self._offloaded: dict[str, _Working] = {}  # key -> host master and working copy (offload())
@@ -203,7 +212,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
         parameter's fresh working copy; a hook for callers that keep the parameters elsewhere)."""
         # the ParameterDict's own storage (its values() goes through __getitem__ per key; FSDP
         # swaps parameters in place there, so this sees the current ones)
-        stored = self.params._parameters
+        stored = cast("dict[str, torch.Tensor]", self.params._parameters)
         if self._offloaded:
             off = self._offloaded
             return [off[k].fresh() if k in off else stored[k] for k in self.params._keys]
@@ -213,7 +222,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
         """The parameter ``key`` as the graph reads it: a ``(Replicate, tp)`` DTensor (a hook for
         wrappers such as FSDP's). ``local``: its local shard to read instead (:meth:`lower`)."""
         if local is None and key not in self._local:
-            return self._cast(self.params[key])
+            return cast(DTensor, self._cast(self.params[key]))
         tp_p, shape, stride = self._meta[key]
         if local is None:
             w = self._offloaded.get(key)
@@ -271,7 +280,8 @@ class LayerExecutor(nn.Module, PlacedLayer):
                                           shape=t.shape, stride=t.stride())
             return t
         tp_p, shape, stride = self._meta[key]
-        return DTensor.from_local(t, self.mesh, (R, tp_p), run_check=False, shape=shape, stride=stride)
+        return DTensor.from_local(t, self.mesh, (R, tp_p), run_check=False, shape=cast(torch.Size, shape),
+                                  stride=stride)
 
     # -- gradients ----------------------------------------------------------------------------
 

@@ -30,11 +30,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from galvatron_fx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.plan import ParallelPlan
+    from galvatron_fx.runtime.guard import StepGuard
 
 __all__ = ["LocalInputs", "MODES", "check_inputs_mode"]
 
@@ -53,6 +58,10 @@ class LocalInputs:
     """The inputs contract of a parallel module (see the module doc)."""
 
     inputs_mode = "global"
+
+    if TYPE_CHECKING:  # set by the host module
+        plan: ParallelPlan
+        guard: StepGuard
 
     def set_inputs(self, mode: str) -> None:
         """``"global"`` (every rank passes the whole global batch), ``"local"`` (its replica's

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import copy
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,8 @@ from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces,
 from galvatron_fx.runtime.graph_code import graph_callable
 
 if TYPE_CHECKING:  # (layer_exec imports this module)
+    from torch.distributed.distributed_c10d import GroupName
+
     from galvatron_fx.runtime.layer_exec import LayerExecutor
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class _GraphPair:
             bw = fx.GraphModule(bw, copy.deepcopy(bw.graph))
             num_saved = sum(1 for n in bw.graph.nodes if n.op == "placeholder") - sum(out_grad)
             hoisted = hoist_saved_all_reduces(bw, num_saved)
-        self.hoisted = [(i, op, _resolve_process_group(g)) for i, op, g in hoisted]
+        self.hoisted = [(i, op, _resolve_process_group(cast("GroupName", g))) for i, op, g in hoisted]
         # the strides the backward was traced with for each gradient it takes (a permuted layer
         # output's gradient may be expected channels-last; a view in the backward depends on it)
         phs = [n for n in bw.graph.nodes if n.op == "placeholder"]
@@ -152,7 +154,7 @@ class _RunGraphs(torch.autograd.Function):
         a functorch transform, and inside one the full ``apply`` runs."""
         if torch._C._are_functorch_transforms_active():
             return cls.apply(graphs, *args)
-        return super(torch.autograd.Function, cls).apply(graphs, *args)
+        return super(torch.autograd.Function, cls).apply(graphs, *args)  # type: ignore[misc]  # (torch's stubs lack it)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -194,7 +196,7 @@ class _Lowered:
         self.in_specs: list | None = None   # (placements, shape, stride) per input
         self.in_dtypes: list | None = None  # the program's input dtypes (None: not checked)
         self.out_specs: list | None = None  # per flat output: (placements, shape, stride) | None
-        self.out_tree = None
+        self.out_tree: Any = None  # the outputs' pytree spec
         self.out_consts: dict[int, object] = {}  # flat output index -> a non-tensor output
         traced = ex.local_function(lambda: self.in_specs, self)
 
@@ -261,6 +263,7 @@ class _Lowered:
         if self.program is not None and self.in_dtypes is not None:  # the first call of a program
             dtypes = [x.dtype for x in xs]
             if dtypes != self.in_dtypes:
+                assert self.in_specs is not None  # (set with in_dtypes)
                 xs = [DTensor.from_local(x, self.mesh, want[0], run_check=False, shape=want[1], stride=want[2])
                       if s is None else x for x, s, want in zip(xs, specs, self.in_specs)]
                 self._unseed(f"input dtypes {dtypes}, the program's {self.in_dtypes}")
@@ -292,7 +295,7 @@ class _Lowered:
             flat = flat[:len(flat) - self.num_writes]
         if unwrapped and not self.out_consts:
             return tuple(flat)  # the layer's outputs, flat (see rewrap)
-        it = iter(zip(flat, self.out_specs))
+        it = iter(zip(flat, cast(list, self.out_specs)))
         leaves = []
         for i in range(len(flat) + len(self.out_consts)):
             if i in self.out_consts:

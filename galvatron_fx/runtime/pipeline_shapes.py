@@ -19,12 +19,21 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.runtime.shapes import BatchShapes, _signature
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    from galvatron_fx.runtime.pipeline import _Chunk
+    from galvatron_fx.runtime.precision import LossScaler
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +42,24 @@ __all__ = ["PipelineShapes"]
 
 class PipelineShapes(BatchShapes):
     """A pipeline's schedules by micro-batch shape and count (module doc)."""
+
+    if TYPE_CHECKING:  # set or defined by the host ``PipelineModule``
+        chunks: nn.ModuleList
+        _mine: list[int]
+        device: torch.device
+        pp_group: dist.ProcessGroup
+        scaler: LossScaler | None
+        num_microbatches: int
+        schedule: Any
+        _schedules: dict[tuple, Any]
+        _active: tuple | None
+        _base_layout: dict[str, tuple]
+
+        def _example(self, mg: ModelGraph, name: str, layout: dict) -> torch.Tensor: ...
+
+        def _crossing(self, bounds: list[int], mg: ModelGraph | None = None) -> list[list[str]]: ...
+
+        def _layout(self, mg: ModelGraph | None = None) -> dict[str, tuple]: ...
 
     def _make_schedule(self, mg: ModelGraph, m: int):
         """The plan's schedule over this rank's chunks for ``m`` micro-batches shaped as ``mg``
@@ -49,8 +76,8 @@ class PipelineShapes(BatchShapes):
         )
 
         nchunks = len(self.plan.chunk_layers())
-        stages = []
-        for c, chunk in zip(self._mine, self.chunks):
+        stages: list[_PipelineStageBase] = []
+        for c, chunk in zip(self._mine, cast("list[_Chunk]", self.chunks)):
             ins = tuple(self._example(mg, n, chunk.layout) for n in chunk.in_names)
             outs = (torch.empty(1, device=self.device, requires_grad=True),) if chunk.is_last else \
                 tuple(self._example(mg, n, chunk.layout) for n in chunk.out_names)
@@ -98,12 +125,12 @@ class PipelineShapes(BatchShapes):
         if crossing != self._crossing(bounds):
             raise PlanError(f"{self.mg.name} at shapes {[list(s[0]) for s in sig if s]} passes other values between "
                             "pipeline stages than at the planned shape: re-plan at this shape")
-        for chunk in self.chunks:
+        for chunk in cast("list[_Chunk]", self.chunks):
             chunk.body._add_variant(sig, mg)
         self._variants[sig] = {"mg": mg, "layout": self._layout(mg)}
         while len(self._variants) > self.shape_cache_limit:
             old, _ = self._variants.popitem(last=False)
-            for chunk in self.chunks:
+            for chunk in cast("list[_Chunk]", self.chunks):
                 chunk.body._variants.pop(old, None)
             self.__dict__["_schedules"] = {k: v for k, v in self._schedules.items() if k[0] != old}
         log.info("galvatron_fx: micro-batches of shapes %s captured and lowered under the plan's stages in %.1f s",
@@ -116,7 +143,7 @@ class PipelineShapes(BatchShapes):
         if key is not None:
             self._variants.move_to_end(key)
         layout = self._variants[key]["layout"] if key is not None else self._base_layout
-        for chunk in self.chunks:
+        for chunk in cast("list[_Chunk]", self.chunks):
             chunk.body._use_variant(key)
             chunk.layout = layout
         self.__dict__["_active"] = key

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -50,10 +51,10 @@ class _Round:
     grads: list[torch.Tensor]
     mats: list[tuple[int, int, torch.Tensor, torch.Tensor]]  # (index in grads, key, M (n, m), Q (m, r))
     p_flat: torch.Tensor | None
-    p_work: object
+    p_work: dist.Work | None
     rest: list[int]  # indices of gradients summed whole
     rest_flat: torch.Tensor | None
-    rest_work: object
+    rest_work: dist.Work | None
 
 
 class PowerSGD:
@@ -122,11 +123,11 @@ class PowerSGD:
     def finish(self, rnd: _Round) -> None:
         """The second round and the sums written into the gradients (see module doc)."""
         if rnd.mats:
-            rnd.p_work.wait()
+            cast(dist.Work, rnd.p_work).wait()
             ps, offset = [], 0
             for _, _, mat, q in rnd.mats:
                 k = mat.shape[0] * q.shape[1]
-                p = rnd.p_flat[offset:offset + k].view(mat.shape[0], q.shape[1])
+                p = cast(torch.Tensor, rnd.p_flat)[offset:offset + k].view(mat.shape[0], q.shape[1])
                 offset += k
                 ps.append(torch.linalg.qr(p, mode="reduced").Q)
             q_flat = torch.cat([(mat.T @ p).reshape(-1) for (_, _, mat, _), p in zip(rnd.mats, ps)])
@@ -143,9 +144,9 @@ class PowerSGD:
                 g = rnd.grads[i]
                 g.copy_(total.view_as(g))
         if rnd.rest:
-            rnd.rest_work.wait()
+            cast(dist.Work, rnd.rest_work).wait()
             offset = 0
             for i in rnd.rest:
                 g = rnd.grads[i]
-                g.copy_(rnd.rest_flat[offset:offset + g.numel()].view_as(g))
+                g.copy_(cast(torch.Tensor, rnd.rest_flat)[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()

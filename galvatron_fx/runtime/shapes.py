@@ -35,11 +35,22 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from galvatron_fx.errors import ConfigError, PlanError
+
+if TYPE_CHECKING:
+    import weakref
+
+    from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from galvatron_fx.ir.graph import ModelGraph
+    from galvatron_fx.ir.plan import ParallelPlan
+    from galvatron_fx.runtime.layer_exec import LayerExecutor
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,17 @@ class BatchShapes:
     ``inputs_mode``, and calls :meth:`_init_batch_shapes` in its ``__init__``."""
 
     shape_cache_limit = 8
+
+    if TYPE_CHECKING:  # set by the host module and its other bases, or by :meth:`_init_batch_shapes`
+        mg: ModelGraph
+        plan: ParallelPlan
+        _user_model_ref: weakref.ReferenceType | None
+        _shape_model: nn.Module | None
+        _capture_loss_fn: Callable[..., torch.Tensor] | None
+        _variants: collections.OrderedDict[tuple, Any]
+        _recaptures: int
+        _base_sig: tuple
+        _dp_lcm: int
 
     def _init_batch_shapes(self, model, keep_model: bool, layers: Sequence[int]) -> None:
         d = self.__dict__
@@ -181,6 +203,15 @@ class ShapeVariants(BatchShapes):
     """The executors' half (module doc): each variant's placed graphs and lowered programs,
     swapped in per micro-batch."""
 
+    if TYPE_CHECKING:  # set or defined by the host module, or set by :meth:`_init_shapes`
+        layer_ids: Sequence[int]
+        executors: nn.ModuleList
+        _resolve: Callable | None
+        _base_state: dict[int, dict] | None
+        _active: tuple | None
+
+        def mesh(self, dp: int, tp: int) -> DeviceMesh: ...
+
     def _init_shapes(self, model, resolve, keep_model: bool) -> None:
         self._init_batch_shapes(model, keep_model, self.layer_ids)
         d = self.__dict__
@@ -220,7 +251,7 @@ class ShapeVariants(BatchShapes):
         if sig == self._active:
             return
         if sig is None:
-            self._swap(self._base_state)
+            self._swap(cast("dict[int, dict]", self._base_state))  # (kept once a variant exists)
         else:
             self._variants.move_to_end(sig)
             self._swap(self._variants[sig])
@@ -246,7 +277,7 @@ class ShapeVariants(BatchShapes):
         state: dict[int, dict] = {}
         shared: dict[int, object] = {}
         try:
-            for k, (i, ex) in enumerate(zip(self.layer_ids, self.executors)):
+            for k, (i, ex) in enumerate(zip(self.layer_ids, cast("list[LayerExecutor]", self.executors))):
                 layer = mg.layers[i]
                 graphs = by_name[layer.name].graphs
                 dl = dataclasses.replace(graphs.decomposed, input_names=[a.name for a in mg.layer_inputs(layer)])
@@ -258,14 +289,15 @@ class ShapeVariants(BatchShapes):
                 names = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
                 st["feeds"] = [(names[ph.name], pl[1]) for (ph, _), pl in zip(placed._inputs, placed.input_placements())]
                 self._swap({kk: (st if kk == k else {}) for kk in range(len(self.executors))})
-                if self._base_state[k]["lowered"] is not None:
+                if cast("dict[int, dict]", self._base_state)[k]["lowered"] is not None:
                     st["lowered"] = shared.get(id(graphs)) or _Lowered(ex, program=graphs)
                     shared[id(graphs)] = st["lowered"]
                 else:
                     st["lowered"] = None
                 state[k] = st
         finally:
-            self._swap(self._base_state if self._active is None else self._variants[self._active])
+            self._swap(cast("dict[int, dict]", self._base_state) if self._active is None
+                       else self._variants[self._active])
         self._variants[sig] = state
         while len(self._variants) > self.shape_cache_limit:
             self._variants.popitem(last=False)

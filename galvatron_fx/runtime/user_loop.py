@@ -30,10 +30,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.graph import ModelGraph
+    from galvatron_fx.runtime.guard import StepGuard
 
 __all__ = ["SyncOnBackward", "UserLoop", "finish_step"]
 
@@ -60,6 +65,17 @@ class UserLoop:
     syncing = True  # False inside no_sync()
     sync_on_backward = True
 
+    if TYPE_CHECKING:  # set or defined by the host module and its other bases
+        mg: ModelGraph
+        guard: StepGuard
+        inputs_mode: str
+
+        def _global_inputs(self, tensors: Sequence) -> list: ...
+        def _micro_batches(self, batch: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]: ...
+        def _loss_prepare(self, inputs: Sequence[torch.Tensor]) -> None: ...
+        def run_layers(self, env: dict[str, object], outputs: Sequence[str], *, wrap: bool = True) -> list: ...
+        def sync_grads(self) -> None: ...
+
     def _loop_bodies(self) -> list:
         """The ParallelModule bodies on this rank: this module, or a pipeline's chunks' bodies."""
         chunks = getattr(self, "chunks", None)
@@ -78,7 +94,8 @@ class UserLoop:
         """``(FQN, parameter)`` for every parameter of this rank, named as in the user's model
         (``prefix`` prepended); see the module doc."""
         fqn = self._fqn_of_param()
-        for name, p in nn.Module.named_parameters(self, recurse=recurse, remove_duplicate=remove_duplicate):
+        for name, p in nn.Module.named_parameters(cast(nn.Module, self), recurse=recurse,
+                                                  remove_duplicate=remove_duplicate):
             yield prefix + fqn.get(id(p), name), p
 
     @contextlib.contextmanager

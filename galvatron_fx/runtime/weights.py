@@ -23,7 +23,7 @@ import shutil
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -49,7 +49,7 @@ class WeightsOut:
         if target is None:
             raise ConfigError("to_module(): no model to write into (the module compile() was given is gone, or "
                               "this one was not built by compile()): pass it, pm.to_module(model)")
-        copy_into(target, self.state_dict())
+        copy_into(target, cast(nn.Module, self).state_dict())
         return target
 
     def unwrap(self) -> nn.Module:
@@ -182,7 +182,7 @@ def save_hf_pretrained(state: dict[str, torch.Tensor], hf_config: str | os.PathL
     from galvatron_fx.model_source import hf_config as read_config
     from galvatron_fx.model_source import hf_model_class
 
-    config = read_config(hf_config)
+    config = read_config(cast("str | Path", hf_config))  # (a path-like is read as a path)
     with torch.device("meta"):
         model = hf_model_class(config)(config)
     own = model.state_dict()
@@ -242,7 +242,7 @@ def export_checkpoint(path: str | os.PathLike, *, out: str | os.PathLike | None 
     if out is not None:
         save_safetensors(state, out, overwrite=overwrite)
     if hf_dir is not None:
-        save_hf_pretrained(state, hf_config, hf_dir, overwrite=overwrite)
+        save_hf_pretrained(state, cast("str | os.PathLike", hf_config), hf_dir, overwrite=overwrite)  # (checked above)
     return state
 
 

@@ -131,6 +131,9 @@ class Block(nn.Module):
 class Llama(nn.Module):
     """Llama language model; ``forward(idx, targets)`` -> scalar next-token loss."""
 
+    rope_cos: torch.Tensor  # buffers, registered in __init__
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.config = cfg
