@@ -159,11 +159,12 @@ def _resized(args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
 
 
 def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batch: int) -> None:
-    """``mg.batched`` from a probe capture at ``batch`` samples (:func:`~galvatron_fx.capture.mark_batched`):
+    """``mg.batched`` from a probe capture at ``batch`` samples (:func:`~galvatron_fx.passes.batch_probe.mark_batched`):
     values built whole from factories with a batch dim (masks, positions) are then split on dp
     where a layer reads them, not held whole by every rank. A model that cannot be captured at
     that batch keeps every such value whole (correct, more memory), with a log line."""
-    from galvatron_fx.capture import capture, mark_batched
+    from galvatron_fx.capture import capture
+    from galvatron_fx.passes.batch_probe import mark_batched
 
     args, kwargs = _resized(args, kwargs, batch)
     try:

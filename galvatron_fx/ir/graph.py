@@ -137,8 +137,8 @@ class LayerInfo:
 @dataclass(frozen=True, slots=True)
 class BatchScaling:
     """How the captured graph's sizes follow the batch, read off a probe capture of the same model
-    at another batch (:func:`galvatron_fx.capture.mark_batched`), node by node (paired by op and
-    inputs: :func:`galvatron_fx.capture.paired_nodes`).
+    at another batch (:func:`galvatron_fx.passes.batch_probe.mark_batched`), node by node (paired by op and
+    inputs: :func:`galvatron_fx.passes.batch_probe.paired_nodes`).
 
     ``ints``: per node, the integer arguments that grow in proportion to the batch, as ``(index
     among the flat leaves of (args, kwargs), value at batch)`` (a ``view``'s ``B*T``, an
@@ -180,7 +180,7 @@ class ModelGraph:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # lifted tensor constants by FQN
     extra_output_names: list[str] = field(default_factory=list)  # outputs besides the loss (logits)
     output_keys: dict[str, str] = field(default_factory=dict)  # output node -> its key in the model's output
-    # values whose dim 0 is the batch (see galvatron_fx.capture.mark_batched); empty: unknown
+    # values whose dim 0 is the batch (see galvatron_fx.passes.batch_probe.mark_batched); empty: unknown
     batched: set[str] = field(default_factory=set)
     # how every size follows the batch (from the same probe as ``batched``); None: unknown
     batch_scaling: BatchScaling | None = None

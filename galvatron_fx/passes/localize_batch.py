@@ -2,7 +2,7 @@
 
 Contract: :func:`localized` takes a :class:`~galvatron_fx.ir.graph.ModelGraph` whose
 ``batch_scaling`` is known (a probe capture at another batch:
-:func:`~galvatron_fx.capture.mark_batched`) and a local batch; returns a copy whose graph takes
+:func:`~galvatron_fx.passes.batch_probe.mark_batched`) and a local batch; returns a copy whose graph takes
 the user inputs at that batch — every integer argument that follows the batch (a ``view``'s
 ``B*T``, an ``arange``'s ``B``, a mask's ``full((B, 1, T, T))``) scaled to it, fake values
 propagated again — with the same node and layer names, or None (with the reason logged) where

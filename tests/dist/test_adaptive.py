@@ -20,10 +20,9 @@ process's. The full refit's prediction of the running plan is checked on later s
 
 from __future__ import annotations
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-
-import hf_tiny
 
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES
 
@@ -243,10 +242,10 @@ def _refit_predicts_later_steps() -> dict:
     import time
 
     import torch
+    import torch.distributed as dist
 
     import galvatron_fx as gfx
     from galvatron_fx import zoo
-    import torch.distributed as dist
 
     model, inputs = zoo.build("gpt-tiny", batch_size=8, seq_len=64, device="cpu", seed=0)
     pm = gfx.compile(model, gfx.Cluster.local_cpu(dist.get_world_size()), inputs, global_batch_size=8,

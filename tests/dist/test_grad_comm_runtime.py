@@ -112,7 +112,7 @@ def _bf16_hf() -> dict:
     import torch
 
     import galvatron_fx as gfx
-    from galvatron_fx.capture import mark_batched
+    from galvatron_fx.passes.batch_probe import mark_batched
     from galvatron_fx.runtime.parallel_module import ParallelModule
 
     model, batch = hf_tiny.build("llama")

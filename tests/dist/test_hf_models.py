@@ -203,7 +203,7 @@ def _captured(family: str, pp: int, cache: dict):
     """The model and its graph at the micro-batch (4 samples, or 2 for a pipelined plan's two
     micro-batches), one per (family, pp) and process."""
     import galvatron_fx as gfx
-    from galvatron_fx.capture import mark_batched
+    from galvatron_fx.passes.batch_probe import mark_batched
 
     key = (family, pp)
     if key not in cache:

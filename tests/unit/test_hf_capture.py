@@ -197,7 +197,7 @@ def test_values_made_whole_with_a_batch_dim_are_found_batched():
     """A probe capture at twice the batch finds the values whose dim 0 is the batch, also those
     built from ``arange`` without reading the inputs (Llama's mask, its positions' cos/sin), and
     not those of the sequence alone."""
-    from galvatron_fx.capture import mark_batched
+    from galvatron_fx.passes.batch_probe import mark_batched
 
     model, batch = hf_tiny.build("llama")
     mg = gfx.capture(model, (), example_kwargs=batch)

@@ -41,7 +41,7 @@ def test_a_batch_of_one_is_probed_like_any_other():
     contiguous), at two it does, which shifts the names of later copies: the probe pairs the graphs
     op by op on paired inputs, seeing through the copy, so every size that follows the batch is
     still found (HF Mamba: before, one extra node made every node irregular)."""
-    from galvatron_fx.capture import paired_nodes
+    from galvatron_fx.passes.batch_probe import paired_nodes
 
     one, two = _captured("mamba", 1), _captured("mamba", 2)
     count = lambda mg: sum(n.target is torch.ops.aten.contiguous.default for n in mg.gm.graph.nodes)  # noqa: E731
@@ -56,7 +56,7 @@ def test_a_batch_of_one_is_probed_like_any_other():
 
 
 def test_pairing_sees_through_a_copy_only_one_graph_makes():
-    from galvatron_fx.capture import paired_nodes
+    from galvatron_fx.passes.batch_probe import paired_nodes
 
     def traced(copy: bool):
         g = torch.fx.Graph()

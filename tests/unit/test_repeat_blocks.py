@@ -86,7 +86,7 @@ def test_alike_blocks_are_traced_once_and_stamped_to_the_whole_export(monkeypatc
     torch.manual_seed(0)
     model, x = Stack(), torch.randn(4, 8)
     assert repeat_blocks.repeated_lists(model) == [("blocks", 6)]
-    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+    with caplog.at_level(logging.INFO, logger="galvatron_fx"):
         folded, whole = _both(model, (x,), monkeypatch=monkeypatch)
     assert "stamped out" in caplog.text
     assert _program(folded) == _program(whole)
@@ -125,7 +125,7 @@ def test_a_probe_where_block_0_reads_otherwise_than_block_1_traces_two_blocks(mo
     whole export's probe finds."""
     torch.manual_seed(0)
     model, x = Latent(), torch.randn(1, 8)
-    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+    with caplog.at_level(logging.INFO, logger="galvatron_fx"):
         folded, whole = _both(model, (x,), monkeypatch=monkeypatch)
     assert "stamped out" in caplog.text and "two blocks per list" in caplog.text, caplog.text
     assert _program(folded) == _program(whole)
@@ -139,7 +139,7 @@ def test_a_probe_where_block_0_reads_otherwise_than_block_1_traces_two_blocks(mo
 @pytest.mark.parametrize("case", ["side_by_side", "scale_by_index"])
 def test_blocks_that_are_no_plain_repeat_keep_the_whole_export(case, monkeypatch, caplog):
     model, x = Stack(**{case: True}), torch.randn(4, 8)
-    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+    with caplog.at_level(logging.INFO, logger="galvatron_fx"):
         folded, whole = _both(model, (x,), monkeypatch=monkeypatch)
     reason = {"side_by_side": "no chain", "scale_by_index": "takes 2 where"}[case]
     assert "exporting every block" in caplog.text and reason in caplog.text, caplog.text
@@ -164,7 +164,7 @@ def test_hf_blocks_are_stamped_to_the_whole_export(family, monkeypatch, caplog):
         c.num_hidden_layers = 4
     torch.manual_seed(0)
     model, batch = hf_tiny.model_class(family)(cfg).train(), hf_tiny.batch(family, 4, seed=1)
-    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+    with caplog.at_level(logging.INFO, logger="galvatron_fx"):
         folded, whole = _both(model, (), batch, monkeypatch=monkeypatch)
     assert "stamped out" in caplog.text
     assert _program(folded) == _program(whole)
@@ -182,7 +182,7 @@ def test_a_refused_fold_leaves_the_model_as_it_was(monkeypatch, caplog):
     model, batch = hf_tiny.model_class("qwen2moe")(cfg).train(), hf_tiny.batch("qwen2moe", 4, seed=1)
     fresh = hf_tiny.model_class("qwen2moe")(cfg).train()
     fresh.load_state_dict(model.state_dict())
-    with caplog.at_level(logging.INFO, logger="galvatron_fx.capture"):
+    with caplog.at_level(logging.INFO, logger="galvatron_fx"):
         folded, whole = _both(model, (), batch, monkeypatch=monkeypatch)
     assert "exporting every block" in caplog.text
     assert _program(folded) == _program(whole)
