@@ -205,7 +205,7 @@ def ensure_profile(world: int, cache_dir: str | None) -> str:
     """The cached hardware profile for ``world`` processes here, measured now if missing."""
     import torch.multiprocessing as mp
 
-    from galvatron_fx.host import default_cache_dir, local_fingerprint
+    from galvatron_fx.cluster.host import default_cache_dir, local_fingerprint
 
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{local_fingerprint(world)}.json"
     if path.exists():

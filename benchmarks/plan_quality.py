@@ -76,7 +76,7 @@ def describe(p) -> str:
 def why(p, base_name: str, b) -> str:
     """The per-layer choices where the searched plan ``p`` differs from the best baseline ``b``."""
     from galvatron_fx.ir.graph import LayerRole
-    from galvatron_fx.recompute import Recompute
+    from galvatron_fx.ir.recompute import Recompute
 
     blocks = [l for l in p.layers if l.role == LayerRole.BLOCK]
     bblocks = [l for l in b.layers if l.role == LayerRole.BLOCK]

@@ -131,8 +131,8 @@ def _cluster(row: dict):
 
 
 def _space(row: dict) -> dict:
+    from galvatron_fx.ir.recompute import Recompute
     from galvatron_fx.ir.strategy import DPType, SPMode
-    from galvatron_fx.recompute import Recompute
 
     par = row["parallel"]
     space = {"tp": (par["tp"],), "pp": (par["pp"],), "uniform": True}

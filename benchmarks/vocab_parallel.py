@@ -42,8 +42,8 @@ TPS = (2, 4, 8)
 
 def _pair(mg, cache, tp: int, vocab: bool) -> dict:
     """The head + loss choices the planner prices at ``tp`` (the fastest of each layout pair)."""
+    from galvatron_fx.ir.recompute import Recompute
     from galvatron_fx.ir.strategy import DPType
-    from galvatron_fx.recompute import Recompute
     from galvatron_fx.search.candidates import SearchSpace, layer_choices
     from galvatron_fx.search.transitions import transition_s
 

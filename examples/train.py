@@ -45,10 +45,10 @@ import torch.distributed as dist
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
+from galvatron_fx.cli.train_recipe import lr_at, param_groups
+from galvatron_fx.cluster.host import default_cache_dir, local_fingerprint
 from galvatron_fx.cost_models import cpu_runtime
-from galvatron_fx.host import default_cache_dir, local_fingerprint
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.train_recipe import lr_at, param_groups
 
 MiB = 2**20
 WARMUP_STEPS = 3  # steps left out of the timing median (first-call overheads)
@@ -122,7 +122,7 @@ class ProgressBar:
 
 def hardware(world: int, cache_dir: str | None) -> tuple[gfx.Cluster, str]:
     """This machine as a cluster: the cached profile if there is one, else a quick fresh one."""
-    from galvatron_fx.local_cluster import cached_profile
+    from galvatron_fx.cluster.spec import cached_profile
     from galvatron_fx.profiler.hardware import profile_hardware
 
     path = Path(default_cache_dir(cache_dir)) / f"hardware-{local_fingerprint(world)}.json"

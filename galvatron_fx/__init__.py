@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the function, not the submodule of that name (see _Package)
-    from galvatron_fx.capture import capture as capture
+if TYPE_CHECKING:
+    from galvatron_fx.frontend.capture import capture as capture
 
 __version__ = "0.1.0"
 
@@ -27,7 +26,7 @@ _EXPORTS = {
     "PrecisionError": "galvatron_fx.errors",
     "RankFailureError": "galvatron_fx.errors",
     "UnsupportedModelError": "galvatron_fx.errors",
-    "Cluster": "galvatron_fx.cluster",
+    "Cluster": "galvatron_fx.cluster.spec",
     "GradComm": "galvatron_fx.ir.grad_comm",
     "LayerInfo": "galvatron_fx.ir",
     "LayerRole": "galvatron_fx.ir",
@@ -35,7 +34,7 @@ _EXPORTS = {
     "ModelGraph": "galvatron_fx.ir",
     "ParallelPlan": "galvatron_fx.ir",
     "SearchSpace": "galvatron_fx.search.search_space",
-    "capture": "galvatron_fx.capture",
+    "capture": "galvatron_fx.frontend.capture",
     "compile": "galvatron_fx.api",
     "lower": "galvatron_fx.passes.lower_program",
     "plan": "galvatron_fx.search.planner",
@@ -45,16 +44,6 @@ _EXPORTS = {
 }
 
 __all__ = sorted([*_EXPORTS, "zoo"])
-
-
-class _Package(types.ModuleType):
-    """Keeps ``galvatron_fx.capture`` the function once the submodule of that name is imported
-    (importing a submodule sets it as an attribute of its package)."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
 
 
 def __getattr__(name: str):
@@ -70,5 +59,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
-
-sys.modules[__name__].__class__ = _Package

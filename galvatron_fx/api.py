@@ -163,7 +163,7 @@ def _find_batched(mg, model: nn.Module, args: tuple, kwargs: dict, loss_fn, batc
     values built whole from factories with a batch dim (masks, positions) are then split on dp
     where a layer reads them, not held whole by every rank. A model that cannot be captured at
     that batch keeps every such value whole (correct, more memory), with a log line."""
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
     from galvatron_fx.passes.batch_probe import mark_batched
 
     args, kwargs = _resized(args, kwargs, batch)
@@ -237,7 +237,7 @@ def check_hosts(cluster) -> list[str]:
     """Warn (and return why) where ranks the cluster puts on one node run on different hosts:
     the plan prices their groups as the fast intra-node links they do not have. Ranks of
     several "nodes" on one host (agents on loopback) are fine. Collective (gathers hostnames)."""
-    from galvatron_fx.host import hostname
+    from galvatron_fx.cluster.host import hostname
 
     hosts: list = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, hostname())

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from galvatron_fx.host import cpu_model, fingerprint_fields, make_fingerprint
+from galvatron_fx.cluster.host import cpu_model, fingerprint_fields, make_fingerprint
 
 
 def write_cached_profile(cache_dir, cluster, world_size: int, **field_changes) -> Path:

@@ -39,8 +39,8 @@ from galvatron_fx.cost_models.memory import LayerMemory, TPShard
 from galvatron_fx.cost_models.pipeline import PipelineResult, ScheduleKind, StageCost
 from galvatron_fx.cost_models.reshard import Layout, reshard_time_s
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo, ModelGraph, ParamInfo
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import LayerStrategy, Precision
-from galvatron_fx.recompute import Recompute
 
 
 @runtime_checkable

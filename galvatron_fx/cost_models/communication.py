@@ -21,7 +21,7 @@ another group size ``m`` only, its alpha is kept and its beta rescaled by the ra
 above. A group spanning ``k`` nodes with ``g`` ranks on each is costed hierarchically (NCCL-style):
 all-reduce = intra reduce-scatter(S) + inter all-reduce(S/g over k) + intra all-gather(S); its
 inter-node part at the bandwidth of the slowest link between its nodes
-(``Cluster.slow_links``, :mod:`galvatron_fx.topology`).
+(``Cluster.slow_links``, :mod:`galvatron_fx.cluster.topology`).
 On clusters whose ``all_to_all_via_all_gather`` is set (DTensor on CPU meshes), all-to-all is
 costed as the all-gather of the same tensor.
 """
@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from galvatron_fx.cluster import Cluster, Collective, LinkTier
+from galvatron_fx.cluster.topology import link_factor, slowed
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.topology import link_factor, slowed
 
 logger = logging.getLogger(__name__)
 

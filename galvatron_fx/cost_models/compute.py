@@ -67,10 +67,10 @@ from pathlib import Path
 from typing import Any
 
 from galvatron_fx.cluster import Cluster, DeviceSpec, read_json_arg
+from galvatron_fx.cluster.limits import load_json
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
-from galvatron_fx.limits import load_json
 
 logger = logging.getLogger(__name__)
 

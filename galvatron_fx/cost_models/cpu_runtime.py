@@ -405,7 +405,7 @@ def machine_fingerprint() -> str:
 
     import torch
 
-    from galvatron_fx.host import cpu_model, make_fingerprint
+    from galvatron_fx.cluster.host import cpu_model, make_fingerprint
 
     return make_fingerprint({"cpu": cpu_model(), "cores": os.cpu_count() or 1, "torch": torch.__version__,
                              "probe": PROBE, "schema": SCHEMA_VERSION})
@@ -415,7 +415,7 @@ def cache_path(cache_dir=None):
     """Where this machine's calibration is cached (``default_cache_dir``)."""
     from pathlib import Path
 
-    from galvatron_fx.host import default_cache_dir
+    from galvatron_fx.cluster.host import default_cache_dir
 
     return Path(default_cache_dir(cache_dir)) / f"cpu-runtime-{machine_fingerprint()}.json"
 
@@ -424,7 +424,7 @@ def cached(cluster: Cluster, cache_dir=None) -> CPURuntimeCalibration | None:
     """This machine's cached calibration when ``cluster`` is this host's gloo CPU processes
     (``Cluster.local_cpu``: profiled or the defaults; its fingerprint is this host's), else None.
     An unreadable cache file is ignored (with a warning)."""
-    from galvatron_fx.host import local_fingerprint
+    from galvatron_fx.cluster.host import local_fingerprint
 
     if cluster.backend != "gloo" or not all(k.lower().startswith("cpu") for k in cluster.device_specs) \
             or cluster.fingerprint != local_fingerprint(cluster.world_size):
@@ -437,7 +437,7 @@ def read_cache(cache_dir=None) -> CPURuntimeCalibration | None:
     cannot be read (said once, as a warning)."""
     import logging
 
-    from galvatron_fx.limits import read_json
+    from galvatron_fx.cluster.limits import read_json
 
     path = cache_path(cache_dir)
     if not path.exists():

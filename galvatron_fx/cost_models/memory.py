@@ -63,7 +63,7 @@ runtime keeps, as measured:
   parameter unsharded and unpadded (the all-gather buffer itself is freed after the copy-out);
   ZeRO-3 holds none. Both reshard after backward, so nothing unsharded is
   left after the step.
-- Recompute (``galvatron_fx.recompute.checkpoint_fn`` around each block): a block keeps exactly
+- Recompute (``galvatron_fx.ir.recompute.checkpoint_fn`` around each block): a block keeps exactly
   ``activation_bytes_for(mode)``; under ``full`` that is its input.
 """
 
@@ -75,8 +75,8 @@ from dataclasses import dataclass, fields
 
 from galvatron_fx.cluster import Cluster, DeviceSpec
 from galvatron_fx.ir.graph import LayerCosts, ParamInfo
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision
-from galvatron_fx.recompute import Recompute
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -82,7 +82,7 @@ class LayerCosts:
     output_bytes: int = 0
     param_bytes: int = 0
     num_params: int = 0
-    # under recomputation (``galvatron_fx.recompute``): memory kept from forward to backward,
+    # under recomputation (``galvatron_fx.ir.recompute``): memory kept from forward to backward,
     # and the extra FLOPs/bytes the backward spends recomputing
     activation_bytes_selective: int = 0
     activation_bytes_full: int = 0
@@ -320,7 +320,7 @@ class ModelGraph:
     # ---- views -----------------------------------------------------------------------------
     def summary(self, *, nodes: bool = False) -> str:
         """A per-layer table (and, with ``nodes=True``, a per-node table) as text."""
-        from galvatron_fx.inspect import format_layer_table, format_node_table
+        from galvatron_fx.report.inspect import format_layer_table, format_node_table
 
         text = format_layer_table(self)
         if nodes:
@@ -328,12 +328,12 @@ class ModelGraph:
         return text
 
     def to_json_dict(self, *, nodes: bool = False) -> dict:
-        from galvatron_fx.inspect import graph_to_json_dict
+        from galvatron_fx.report.inspect import graph_to_json_dict
 
         return graph_to_json_dict(self, nodes=nodes)
 
     def to_dot(self) -> str:
-        from galvatron_fx.inspect import graph_to_dot
+        from galvatron_fx.report.inspect import graph_to_dot
 
         return graph_to_dot(self)
 

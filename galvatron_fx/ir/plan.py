@@ -30,7 +30,7 @@ Terms
     built; against the graph (dims within each tensor's rank) once a layer is decomposed.
 
 Ranges
-    Every number is checked against the sane ranges of :mod:`galvatron_fx.limits` (see
+    Every number is checked against the sane ranges of :mod:`galvatron_fx.cluster.limits` (see
     :mod:`galvatron_fx.ir.plan_schema`, which parses the JSON form and checks the invariants).
 
 Units
@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from galvatron_fx import limits
+from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir import plan_report
 from galvatron_fx.ir.grad_comm import GradComm
@@ -333,16 +333,16 @@ class ParallelPlan:
     def chrome_trace(self, path: str | os.PathLike) -> Path:
         """Write this plan's predicted step as a Chrome trace (``chrome://tracing``, Perfetto):
         one row per pipeline stage, one event per forward or backward of a micro-batch. See
-        :mod:`galvatron_fx.plan_trace`."""
-        from galvatron_fx.plan_trace import write_chrome_trace
+        :mod:`galvatron_fx.report.trace`."""
+        from galvatron_fx.report.trace import write_chrome_trace
 
         return write_chrome_trace(self, path)
 
     def report(self, path: str | os.PathLike, run: str | os.PathLike | None = None) -> Path:
         """Write this plan as one self-contained HTML page (strategy per layer, memory per rank,
         pipeline timeline, communication per group); ``run``: a training run's directory, for
-        predicted against measured. See :mod:`galvatron_fx.report_html`."""
-        from galvatron_fx import report_html
+        predicted against measured. See :mod:`galvatron_fx.report.html`."""
+        from galvatron_fx.report import html as report_html
 
         return report_html.write(self, path, run)
 

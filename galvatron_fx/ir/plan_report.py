@@ -24,9 +24,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.fmt import fmt_bytes, fmt_count, fmt_seconds, format_table
 from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
 from galvatron_fx.ir.strategy import LayerStrategy
+from galvatron_fx.report.fmt import fmt_bytes, fmt_count, fmt_seconds, format_table
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan
@@ -492,7 +492,7 @@ def run_name(run: list[LayerPlan]) -> str:
 
 
 def layout_lines(plan: ParallelPlan) -> list[str]:
-    """Where the stages were laid when the cluster has slow links (:mod:`galvatron_fx.topology`):
+    """Where the stages were laid when the cluster has slow links (:mod:`galvatron_fx.cluster.topology`):
     each stage's nodes and which slow links its groups cross; nothing otherwise."""
     links = (plan.cluster or {}).get("slow_links") or []
     if not links:

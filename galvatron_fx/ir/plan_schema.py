@@ -14,7 +14,7 @@ Terms
     ``predicted.peak_memory_bytes[1]``.
 
 Ranges
-    Every number is checked against the sane ranges of :mod:`galvatron_fx.limits` (world size and
+    Every number is checked against the sane ranges of :mod:`galvatron_fx.cluster.limits` (world size and
     degrees ≤ 2**20, batches ≤ 2**30, bytes ≤ 2**60, times ≤ 1e12 s), so that an absurd value is a
     ``ConfigError`` naming the field, never work or arithmetic proportional to it.
 
@@ -32,7 +32,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from galvatron_fx import limits
+from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.ir.grad_comm import (
     DEFAULT_POWERSGD_START,

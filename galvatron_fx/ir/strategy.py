@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from galvatron_fx.recompute import Recompute
+from galvatron_fx.ir.recompute import Recompute
 
 __all__ = ["DPType", "LayerStrategy", "Precision", "Recompute", "SPMode"]
 

@@ -41,13 +41,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.checkpoint import _StopRecomputationError
 
-from galvatron_fx.attention import sdpa_or_biased
 from galvatron_fx.ir.graph import LayerCosts, LayerInfo
 from galvatron_fx.ir.meta import NodeFacts, copy_costs, cost_field_names, facts, tensor_bytes
+from galvatron_fx.ir.recompute import Recompute, checkpoint_fn
+from galvatron_fx.ops.attention import sdpa_or_biased
 from galvatron_fx.passes.kernel_costs import CostCounter
 from galvatron_fx.passes.runner import PassContext, graph_pass
 from galvatron_fx.passes.state_writes import writes_state, written_through
-from galvatron_fx.recompute import Recompute, checkpoint_fn
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -248,7 +248,7 @@ def _measure_layer(layer: LayerInfo, gm: fx.GraphModule, by_name: dict[str, fx.N
 
 @dataclass
 class _Variant:
-    """One layer under one recomputation policy (see ``galvatron_fx.recompute``)."""
+    """One layer under one recomputation policy (see ``galvatron_fx.ir.recompute``)."""
 
     retained_bytes: int  # memory the layer keeps from its forward until its backward
     bwd_flops: int  # the whole layer's backward, recomputation included

@@ -22,7 +22,7 @@ left to DTensor's propagation. A value redistributed to the same layout for seve
 redistributed once (the plan charges it once). A planned ``Partial`` input (``R -> P`` or
 ``S(d) -> P`` on tp, which DTensor's ``redistribute`` refuses) is made locally
 (:func:`~galvatron_fx.passes.layout_autograd._to_partial`), with no collective. The op then runs
-on DTensors (the rules we add for kernels DTensor has none for: :mod:`galvatron_fx.shardings`);
+on DTensors (the rules we add for kernels DTensor has none for: :mod:`galvatron_fx.ops.shardings`);
 its output tp placement is checked against the plan (:attr:`PlacedLayer.mismatches`). Each value
 a node makes has its partial gradient summed once, where it is made
 (:func:`~galvatron_fx.passes.layout_autograd._sum_grad_here`). The trace: AOTAutograd over a
@@ -45,12 +45,12 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten, tree_map
 
-from galvatron_fx import (
+from galvatron_fx.ir.layer_option import LayerOption
+from galvatron_fx.ir.placements import NodePlacement, pstr
+from galvatron_fx.ops import (
     shardings,  # noqa: F401 (registers our DTensor rules)
     vocab_parallel,
 )
-from galvatron_fx.ir.layer_option import LayerOption
-from galvatron_fx.ir.placements import NodePlacement, pstr
 from galvatron_fx.passes.decompose_layer import DecomposedLayer
 from galvatron_fx.passes.layout_autograd import (
     _AsDTensor,

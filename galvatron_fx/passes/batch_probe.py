@@ -44,7 +44,7 @@ def without_stack_traces():
 
 
 def probe_batch(mg: ModelGraph, root: nn.Module, args: tuple, kwargs: dict, lists: list[tuple[str, int]]) -> None:
-    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`galvatron_fx.capture.capture`), with
+    """:func:`mark_batched` from ``root`` exported at twice the batch (see :func:`galvatron_fx.frontend.capture.capture`), with
     each folded list of the capture (``lists``) cut to its first block: every later block's node
     is marked as the node of block 0 it copies (the stamp checked block 1 is block 0's program
     op for op, on values of the same shapes). Where the probe shows that block 0 reads a value of

@@ -33,9 +33,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten
 
-from galvatron_fx import shardings
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
+from galvatron_fx.ops import shardings
 from galvatron_fx.passes.annotate_costs import CostCounter, layer_callable
 from galvatron_fx.passes.kernel_costs import kernel_bytes, kernel_flops
 

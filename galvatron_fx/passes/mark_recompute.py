@@ -1,7 +1,7 @@
 """mark_recompute — the backward of a recomputed layer as it runs: its forward again, then its backward.
 
 Contract: takes a :class:`~galvatron_fx.ir.program.LayerGraphs` whose strategy recomputes
-(``full`` or ``selective``, :mod:`galvatron_fx.recompute`); sets ``recompute_bw``: one graph
+(``full`` or ``selective``, :mod:`galvatron_fx.ir.recompute`); sets ``recompute_bw``: one graph
 taking the layer's parameters and inputs (``full``; ``selective`` also the outputs of the
 kernels it keeps, placeholders named ``kept_<node>``), then the output gradients, that runs the
 forward's ops again (each tagged as fx tags a recomputed node, ``node.meta["recompute"] =
@@ -12,7 +12,7 @@ not changed: the runtime runs them under ``torch.utils.checkpoint``, which does 
 Layers that do not recompute are passed through.
 
 Terms: *kept* kernels are those whose outputs selective recomputation saves
-(:data:`galvatron_fx.recompute.SAVE_OUTPUTS_OF`: matmuls, convolutions, attention).
+(:data:`galvatron_fx.ir.recompute.SAVE_OUTPUTS_OF`: matmuls, convolutions, attention).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
+from galvatron_fx.ir.recompute import SAVE_OUTPUTS_OF, Recompute
 from galvatron_fx.passes.runner import PassContext, graph_pass
-from galvatron_fx.recompute import SAVE_OUTPUTS_OF, Recompute
 
 __all__ = ["mark_recompute_pass", "recompute_backward"]
 

@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from galvatron_fx.cluster.spec import default_local_cpu
 from galvatron_fx.cost_models.cpu_runtime import (
     CPURuntimeCalibration,
     CPURuntimeCostModel,
@@ -43,7 +44,6 @@ from galvatron_fx.cost_models.cpu_runtime import (
     machine_fingerprint,
     read_cache,
 )
-from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.profiler.cpu_probe import (
     PROBE_PLANS,
     _probe_model,
@@ -66,7 +66,7 @@ def fit_fsdp_factor(cal: CPURuntimeCalibration) -> tuple[dict[int, float], dict[
     ``default_local_cpu(N)``: ``1 + (measured − predicted difference to DDP) / the priced
     collectives of the class``."""
     import galvatron_fx as gfx
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
     from galvatron_fx.search.price_plan import price_plan
 
     fsdp: dict[int, float]

@@ -47,10 +47,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from galvatron_fx.cluster.spec import default_local_cpu
 from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.cpu_runtime import PROBE
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.local_cluster import default_local_cpu
 
 __all__ = ["COLLECTIVE_SIZES", "PROBE_PLANS", "fit_rates", "fit_runtime_overhead", "measure_collectives",
            "measure_slowdown", "probe_plan_space", "time_concurrent"]
@@ -81,7 +81,7 @@ def fit_rates(batch_sizes: Sequence[int] = (2, 4, 8), *, repeats: int = 5, warmu
     import numpy as np
     import torch
 
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
     from galvatron_fx.profiler import model as mp
 
     graphs = {b: capture(*_probe_model(b)) for b in batch_sizes}
@@ -186,7 +186,7 @@ def fit_runtime_overhead(flops_s: float, bytes_s: float, batch_sizes: Sequence[i
     tensor, per DTensor), measured)`` (module doc, step 2)."""
     import torch.multiprocessing as tmp
 
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
 
     ctx = tmp.get_context("spawn")
     queue = ctx.Queue()

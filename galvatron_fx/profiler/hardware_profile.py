@@ -12,8 +12,8 @@ Nothing here runs a collective.
 Terms
 -----
 - *row*: one measured time, ``{collective, group_size, arrangement, tier, nbytes, time_s}``.
-- *fit*: ``CollectiveFit(alpha_s, beta_s_per_byte, points)`` (see :mod:`galvatron_fx.cluster`).
-- *fingerprint fields*: the facts a profile depends on (:func:`galvatron_fx.host.fingerprint_fields`).
+- *fit*: ``CollectiveFit(alpha_s, beta_s_per_byte, points)`` (see :mod:`galvatron_fx.cluster.spec`).
+- *fingerprint fields*: the facts a profile depends on (:func:`galvatron_fx.cluster.host.fingerprint_fields`).
 
 Algorithm
 ---------
@@ -39,10 +39,16 @@ from typing import Any, cast
 import numpy as np
 
 from galvatron_fx.cluster import Cluster, Collective, CollectiveFit, DeviceSpec, LinkTier, TierName
+from galvatron_fx.cluster.host import (
+    cpu_model,
+    default_cache_dir,
+    fingerprint_fields,
+    host_memory_bytes,
+    make_fingerprint,
+)
+from galvatron_fx.cluster.limits import load_json, read_text
 from galvatron_fx.cost_models.communication import bandwidth_factor
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, fingerprint_fields, host_memory_bytes, make_fingerprint
-from galvatron_fx.limits import load_json, read_text
 
 __all__ = ["PROFILE_SCHEMA_VERSION", "SLOW_NODE_RATIO", "HardwareProfile", "NodeDevice", "build_cluster", "cache_path",
            "current_fingerprint_fields", "detect_slow_links", "fit_alpha_beta", "fit_rows", "load_profile",
@@ -211,7 +217,7 @@ def slow_node_links(
 ) -> tuple[tuple[int, int, float], ...]:
     """Node pairs whose link is below ``threshold`` × the median inter-node pair, each as
     ``(a, b, factor)`` with ``factor`` its share of that median (``Cluster.slow_links``: the planner
-    then keeps data-parallel groups off it, :mod:`galvatron_fx.topology`). A node pair's bandwidth
+    then keeps data-parallel groups off it, :mod:`galvatron_fx.cluster.topology`). A node pair's bandwidth
     is the median of its rank pairs'."""
     per_pair: dict[tuple[int, int], list[float]] = {}
     for (a, b), pair_bw in pair_bytes_s.items():
@@ -270,7 +276,7 @@ def detect_slow_links(
 
 
 # the caching allocator's reserve at the peak, which a synthetic profile cannot provoke: max
-# reserved / max allocated in LLM training runs on A100s (see the presets in galvatron_fx.cluster)
+# reserved / max allocated in LLM training runs on A100s (see the presets in galvatron_fx.cluster.spec)
 GPU_ALLOCATOR_FACTOR = 1.25
 # a node whose matmul rate is under this × its fastest peer's (same device) is its own device kind
 SLOW_NODE_RATIO = 0.67

@@ -49,13 +49,13 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.cluster import Cluster
+from galvatron_fx.cluster.host import cpu_model, default_cache_dir, make_fingerprint
+from galvatron_fx.cluster.limits import read_json
 from galvatron_fx.cost_models.compute import ComputeEfficiency, node_sums
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import cpu_model, default_cache_dir, make_fingerprint
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.meta import facts
-from galvatron_fx.limits import read_json
-from galvatron_fx.progress import Progress
+from galvatron_fx.report.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ def _batch_of(inputs: Sequence[Any]) -> int | None:
 
 
 def _module_factory(model: nn.Module, inputs: Sequence[Any], loss_fn) -> Callable[[int], ModelGraph]:
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
 
     def resize(x, b: int):
         if not isinstance(x, torch.Tensor) or x.dim() == 0:

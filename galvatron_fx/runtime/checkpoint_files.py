@@ -52,8 +52,8 @@ import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
+from galvatron_fx.cluster.limits import MAX_MANIFEST_BYTES, read_json
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import MAX_MANIFEST_BYTES, read_json
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.plan import ParallelPlan

@@ -62,10 +62,10 @@ from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.recompute import checkpoint_fn
 from galvatron_fx.passes.apply_placements import option_from_plan
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 from galvatron_fx.passes.lower_program import lower as lower_program
-from galvatron_fx.recompute import checkpoint_fn
 from galvatron_fx.runtime import quiet_logs
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
@@ -368,7 +368,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         memory (one micro-batch's activations at a time) and overlaps the sync with backward.
 
         The loss layer's mean over a batch-sharded input comes out ``Partial`` on dp (each
-        rank's sum over the global count of targets, :mod:`~galvatron_fx.vocab_parallel`; a
+        rank's sum over the global count of targets, :mod:`~galvatron_fx.ops.vocab_parallel`; a
         mean DTensor's own rules make is ``Partial(avg)``); its ``full_tensor()`` is the global
         mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
         is the gradient of that mean.

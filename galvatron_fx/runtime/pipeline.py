@@ -3,7 +3,7 @@
 Contract: built on every rank of an initialised process group of the plan's world size from the
 user's model, its :class:`~galvatron_fx.ir.graph.ModelGraph` captured at the per-micro-batch
 global shape, and a plan whose stages split the ranks evenly (``stage_ranks``: contiguous blocks,
-or whole nodes laid off slow links, :mod:`galvatron_fx.topology`). ``train_step(batch, optimizer)`` takes the
+or whole nodes laid off slow links, :mod:`galvatron_fx.cluster.topology`). ``train_step(batch, optimizer)`` takes the
 whole global batch (full tensors, identical on every rank; only the first stage reads them) and
 returns the mean loss on every rank, like :meth:`ParallelModule.train_step`.
 
@@ -55,6 +55,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from galvatron_fx.cluster.topology import runnable
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
@@ -68,7 +69,6 @@ from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.user_loop import UserLoop, finish_step
 from galvatron_fx.runtime.weights import WeightsOut
-from galvatron_fx.topology import runnable
 
 log = logging.getLogger(__name__)
 

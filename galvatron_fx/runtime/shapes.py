@@ -172,7 +172,7 @@ class BatchShapes:
         return tuple(pos[i] for i in sorted(pos)), kw
 
     def _recapture(self, inputs: Sequence):
-        from galvatron_fx.capture import capture
+        from galvatron_fx.frontend.capture import capture
         from galvatron_fx.runtime.precision import runtime_model
 
         model = self._shape_model if self._shape_model is not None else \

@@ -179,8 +179,8 @@ def save_hf_pretrained(state: dict[str, torch.Tensor], hf_config: str | os.PathL
                        *, overwrite: bool = False) -> Path:
     """A Hugging Face ``save_pretrained`` directory of the model ``hf_config`` describes, holding
     ``state`` (from :func:`read_checkpoint_weights` or ``pm.state_dict()``)."""
-    from galvatron_fx.model_source import hf_config as read_config
-    from galvatron_fx.model_source import hf_model_class
+    from galvatron_fx.frontend.model_source import hf_config as read_config
+    from galvatron_fx.frontend.model_source import hf_model_class
 
     config = read_config(cast("str | Path", hf_config))  # (a path-like is read as a path)
     with torch.device("meta"):
@@ -244,13 +244,3 @@ def export_checkpoint(path: str | os.PathLike, *, out: str | os.PathLike | None 
     if hf_dir is not None:
         save_hf_pretrained(state, cast("str | os.PathLike", hf_config), hf_dir, overwrite=overwrite)  # (checked above)
     return state
-
-
-def run_cli(args) -> int:
-    """``galvatron-fx export CKPT --out model.safetensors [--hf-dir DIR --hf-config C]``."""
-    state = export_checkpoint(args.checkpoint, out=args.out, hf_dir=args.hf_dir, hf_config=args.hf_config,
-                              overwrite=args.overwrite)
-    n = sum(t.numel() for t in state.values())
-    wrote = " and ".join(str(p) for p in (args.out, args.hf_dir) if p is not None)
-    print(f"exported {len(state)} tensors ({n / 1e6:.2f} M values) from {args.checkpoint} to {wrote}")
-    return 0

@@ -35,7 +35,6 @@ from galvatron_fx.cost_models.memory import (
     stage_peak_bytes,
     tensor_budget_bytes,
 )
-from galvatron_fx.fmt import fmt_bytes
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import (
     Alternative,
@@ -49,6 +48,7 @@ from galvatron_fx.ir.plan import (
 )
 from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.strategy import DPType, Precision
+from galvatron_fx.report.fmt import fmt_bytes
 from galvatron_fx.search.candidates import LayerChoice
 
 

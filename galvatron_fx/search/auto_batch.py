@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, cast
 
-from galvatron_fx import limits
+from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError, PlanError
 
 if TYPE_CHECKING:

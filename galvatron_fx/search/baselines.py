@@ -26,9 +26,10 @@ from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, SPMode
-from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.candidates import OptionCache, SearchSpace, allowed_tp
+from galvatron_fx.search.run_search import search_plan
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ def _all_baseline_spaces(cluster: Cluster) -> dict[str, SearchSpace]:
 def all_baselines(mg: ModelGraph, cluster: Cluster, cm: CostModel, *, global_batch_size: int, memory_budget: int,
                   cache: OptionCache | None = None, limits: SearchSpace | None = None) -> dict[str, ParallelPlan | None]:
     """Every baseline's best plan, or None where it does not fit."""
-    from galvatron_fx.search.planner import search_plan
-
     cache = cache or OptionCache(mg, cm)
     out: dict[str, ParallelPlan | None] = {}
     for name, space in baseline_spaces(cluster, limits).items():

@@ -61,11 +61,11 @@ from galvatron_fx.cost_models.offload import can_offload, offload_cost
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
 from galvatron_fx.passes.segment_layers import kind_hash
 from galvatron_fx.passes.state_writes import stateful_kinds
-from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.choice_costs import (
     at_rank,
     bucket_share_s,

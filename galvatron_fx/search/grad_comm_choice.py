@@ -22,9 +22,9 @@ from collections.abc import Callable
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.search.candidates import SearchSpace, shared_option_caches
+from galvatron_fx.search.candidates import SearchSpace
 
-__all__ = ["one_option", "plan_each_grad_comm", "search_each_grad_comm"]
+__all__ = ["one_option", "search_each_grad_comm"]
 
 
 def one_option(space: SearchSpace, gc: GradComm) -> SearchSpace:
@@ -54,14 +54,3 @@ def search_each_grad_comm(space: SearchSpace, search: Callable[[SearchSpace], Pa
     note = (f"gradient communication {best_gc.short()} ({best.predicted.step_time_s * 1e3:.3f} ms per step) chosen "
             f"from those allowed; the others predicted: {others or 'no plan'}")
     return dataclasses.replace(best, notes=best.notes + (note,))
-
-
-def plan_each_grad_comm(space: SearchSpace, mg, cluster, **plan_kwargs) -> ParallelPlan:
-    """:func:`~galvatron_fx.search.planner.plan` of the captured ``mg`` once per gradient
-    communication ``space`` allows, the fastest kept (:func:`search_each_grad_comm`)."""
-    from galvatron_fx.search.planner import default_cost_model, plan  # the planner calls this module: imported on use
-
-    if plan_kwargs.get("cost_model") is None:  # one cost model for all: the searches share its ILP solutions
-        plan_kwargs["cost_model"] = default_cost_model(cluster, plan_kwargs.get("precision", "fp32"))
-    with shared_option_caches():
-        return search_each_grad_comm(space, lambda sub: plan(mg, cluster, search=sub, **plan_kwargs))

@@ -35,7 +35,7 @@ that some consumer does, and ``z[v,g,a] = w[v,g]·x[u,a]``:
 ``compute(n,s)`` is the node's forward+backward time from the cost model, on ``1/tp`` of its
 FLOPs and bytes when ``s`` partitions the work (a sharded input or output; launch overhead is
 paid either way), plus the collectives its own kernel runs under ``s`` (a class-sharded
-log-softmax or NLL loss all-reduces per-row scalars: :mod:`~galvatron_fx.vocab_parallel`,
+log-softmax or NLL loss all-reduces per-row scalars: :mod:`~galvatron_fx.ops.vocab_parallel`,
 ``PlacementProblem.inner``). (1) is the forward redistribution on every
 edge, costed by the reshard model. (2) is the backward: a consumer that reads a replicated
 input inside partitioned work returns a *partial* gradient (Megatron's "f": identity forward,
@@ -68,6 +68,8 @@ from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
+from galvatron_fx.ops.vocab_parallel import collectives as in_op_collectives
+from galvatron_fx.ops.vocab_parallel import is_class_sharded
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, node_labels, param_values
 from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.search.node_strategies import (
@@ -80,8 +82,6 @@ from galvatron_fx.search.node_strategies import (
     strategy_key,
 )
 from galvatron_fx.search.placement_ilp import PlacementProblem, _Value, evaluate, solve_placement  # noqa: F401
-from galvatron_fx.vocab_parallel import collectives as in_op_collectives
-from galvatron_fx.vocab_parallel import is_class_sharded
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -117,7 +117,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     boundary layout of the activation inputs / outputs where they fit them (a head handing its
     loss vocab-sharded logits; ``None``: the mode's); ``input_layouts`` fixes them per input
     placeholder (a saved plan's). ``vocab_parallel=False`` forbids the class-sharded
-    log-softmax / NLL strategies (:mod:`~galvatron_fx.vocab_parallel`).
+    log-softmax / NLL strategies (:mod:`~galvatron_fx.ops.vocab_parallel`).
     """
     sp = SPMode(sp)
     mesh = _mesh(tp)

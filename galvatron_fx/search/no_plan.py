@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from galvatron_fx.fmt import fmt_bytes
+from galvatron_fx.report.fmt import fmt_bytes
 from galvatron_fx.search.candidates import allowed_tp
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ sharded tensor splits the work.
 Algorithm: the strategies come from DTensor's own sharding propagator (its single-dim and op
 strategy functions, on every even, plain combination of the inputs' candidate placements;
 the rules we add for kernels DTensor has none for are registered there too, by
-:mod:`galvatron_fx.shardings`, so the solver and the runtime read one set), plus the
+:mod:`galvatron_fx.ops.shardings`, so the solver and the runtime read one set), plus the
 class-sharded strategies the runtime runs with its own code
-(:mod:`~galvatron_fx.vocab_parallel`). Uneven shards and non-sum partials are dropped.
+(:mod:`~galvatron_fx.ops.vocab_parallel`). Uneven shards and non-sum partials are dropped.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 from torch.utils._pytree import tree_flatten
 
-from galvatron_fx import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.meta import tensor_bytes
 from galvatron_fx.ir.placements import P, R
-from galvatron_fx.vocab_parallel import extra_strategies
+from galvatron_fx.ops import shardings  # noqa: F401 (registers our DTensor rules)
+from galvatron_fx.ops.vocab_parallel import extra_strategies
 
 __all__ = ["NodeStrategy", "node_strategies", "strategy_key", "sharded_activation_fraction", "sharded_param_fraction"]
 

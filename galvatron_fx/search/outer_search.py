@@ -29,11 +29,11 @@ Memory: the DP adds every layer's gradients and its largest temporary (conservat
 reports the peak of :func:`~galvatron_fx.cost_models.memory.stage_peak_bytes`, where with one
 micro-batch and no pipeline the gradients only appear as the backward frees activations.
 
-Stages sit on whole nodes laid off slow links (:func:`galvatron_fx.topology.stage_ranks`); with
+Stages sit on whole nodes laid off slow links (:func:`galvatron_fx.cluster.topology.stage_ranks`); with
 slow links each stage is priced on its own ranks, else every stage on the first one's shape.
 
 Heterogeneous clusters (nodes of several device kinds): stages lie on whole nodes of one kind
-where the world allows (:func:`~galvatron_fx.topology.stage_ranks`), and every stage is priced on
+where the world allows (:func:`~galvatron_fx.cluster.topology.stage_ranks`), and every stage is priced on
 its own ranks — compute at its device's speed (a stage spanning kinds at its slowest member's,
 whose pace its data-parallel groups keep), memory within its device's budget
 (:func:`~galvatron_fx.cost_models.memory.tensor_budget_bytes` of its ranks: the user's budget
@@ -55,8 +55,7 @@ from typing import cast
 
 import numpy as np
 
-from galvatron_fx import topology
-from galvatron_fx.cluster import Cluster, Collective
+from galvatron_fx.cluster import Cluster, Collective, topology
 from galvatron_fx.cost_models.base import CostModel
 from galvatron_fx.cost_models.grad_sync import bucketed_sync_s
 from galvatron_fx.cost_models.memory import tensor_budget_bytes
@@ -65,7 +64,7 @@ from galvatron_fx.cost_models.pipeline import StageCost
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan_report import TEMP_STEPS
-from galvatron_fx.progress import Progress
+from galvatron_fx.report.progress import Progress
 from galvatron_fx.search.assemble_plan import _Candidate, _StageResult
 from galvatron_fx.search.candidates import (
     LayerChoice,

@@ -26,9 +26,9 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.passes.decompose_layer import check_placements, decompose_layer
-from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.assemble_plan import _assemble, _StageResult
 from galvatron_fx.search.candidates import OptionCache, SearchSpace
 from galvatron_fx.search.intra_layer import option_from_placements

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from galvatron_fx import limits
+from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.ir.grad_comm import DEFAULT_POWERSGD_START, MAX_POWERSGD_RANK, GradComm, grad_comm_options
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, SPMode
-from galvatron_fx.recompute import Recompute
 
 __all__ = ["SearchSpace"]
 

@@ -34,7 +34,7 @@ def _compare(model, options: dict, batches) -> dict:
     """Train a compiled copy and a plain copy of ``model`` side by side; record differences."""
     import torch
 
-    from galvatron_fx.backend import parallel_modules
+    from galvatron_fx.frontend.backend import parallel_modules
 
     torch._dynamo.reset()  # a fresh compile per case (and no recompile limit across cases)
     ref, mine = copy.deepcopy(model), copy.deepcopy(model)
@@ -158,7 +158,7 @@ def _hosts_case() -> dict:
     import torch.distributed as dist
 
     import galvatron_fx as gfx
-    from galvatron_fx import host
+    from galvatron_fx.cluster import host
     from galvatron_fx.api import check_hosts
 
     same = check_hosts(gfx.Cluster.local_cpu(2))

@@ -2,7 +2,7 @@
 
 The ranks are spawned once for the module. Each rank runs, for every zoo model × data-parallel
 flavour × recompute option, one AdamW training step of the model as the runtime would build it —
-each block's forward wrapped with ``galvatron_fx.recompute.checkpoint_fn``, then DDP
+each block's forward wrapped with ``galvatron_fx.ir.recompute.checkpoint_fn``, then DDP
 (``gradient_as_bucket_view=True``) or FSDP2 ``fully_shard`` on every block and the root — under
 ``torch.distributed._tools.MemTracker`` (``FSDPMemTracker`` for FSDP2), and writes what it saw:
 
@@ -53,7 +53,7 @@ def _measure(name: str, dp_type: str, recompute: str, rank: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel
 
     from galvatron_fx import zoo
-    from galvatron_fx.recompute import checkpoint_fn
+    from galvatron_fx.ir.recompute import checkpoint_fn
 
     model, inputs = zoo.build(name, batch_size=GLOBAL_BATCH, seq_len=SEQ, seed=0)
     local = tuple(x[rank * LOCAL_BATCH:(rank + 1) * LOCAL_BATCH].contiguous() for x in inputs)
@@ -142,7 +142,7 @@ def graphs() -> dict:
     out = {}
     for name in MODELS:
         model, inputs = zoo.build(name, batch_size=GLOBAL_BATCH, seq_len=SEQ, device="meta")
-        out[name] = galvatron_fx.capture(model, inputs)
+        out[name] = galvatron_fx.frontend.capture(model, inputs)
     return out
 
 

@@ -14,7 +14,7 @@ from harness import free_port
 
 from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models.communication import CommModel
-from galvatron_fx.host import local_fingerprint
+from galvatron_fx.cluster.host import local_fingerprint
 from galvatron_fx.profiler.hardware_profile import load_profile
 
 WORLD = 2
@@ -115,7 +115,7 @@ def test_local_cpu_uses_the_cached_profile(profiled: Path) -> None:
 
 
 def test_profile_from_another_machine_is_refused(profiled: Path, tmp_path: Path) -> None:
-    from galvatron_fx.host import make_fingerprint
+    from galvatron_fx.cluster.host import make_fingerprint
     from galvatron_fx.errors import ConfigError
 
     d = json.loads((profiled / "out.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 
 from galvatron_fx.cli import main, parse_args
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.train_cli import resolve_run
+from galvatron_fx.cli.train import resolve_run
 
 RUN = """[model]
 name = "gpt-tiny"
@@ -73,7 +73,7 @@ def _torchrun(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_run_config_sections_types_and_overrides(tmp_path):
-    from galvatron_fx import run_config
+    from galvatron_fx.cli import run_config
 
     cfg = tmp_path / "sub" / "run.toml"
     cfg.parent.mkdir()
@@ -119,7 +119,7 @@ def test_run_config_sections_types_and_overrides(tmp_path):
 
 
 def test_train_resume_and_export(tmp_path):
-    from galvatron_fx.train_recipe import lr_at
+    from galvatron_fx.cli.train_recipe import lr_at
 
     (tmp_path / "run.toml").write_text(RECIPE + RUN)  # (flat keys before the first [section])
     write_tokens(tmp_path / "tokens.bin")
@@ -367,7 +367,7 @@ def test_train_starts_from_a_save_pretrained_directory(tmp_path):
 
     hf_tiny = pytest.importorskip("hf_tiny")
     datasets = pytest.importorskip("datasets")
-    from galvatron_fx.train_recipe import TokenFile
+    from galvatron_fx.cli.train_recipe import TokenFile
 
     model, _ = hf_tiny.build("llama", seed=5)
     model.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)

@@ -101,7 +101,7 @@ def _real_saved_bytes(model: nn.Module, inputs, layer_modules: dict[str, nn.Modu
 @pytest.mark.parametrize("name", ["gpt-tiny", "llama-tiny", "bert-tiny", "t5-tiny",
                                   "vit-tiny"])
 def test_block_activation_bytes_match_a_real_run(name, monkeypatch):
-    from galvatron_fx.attention import sdpa_or_biased
+    from galvatron_fx.ops.attention import sdpa_or_biased
 
     model, inputs = zoo.build(name, batch_size=2, seq_len=64)
     mg = gfx.capture(model, inputs)
@@ -144,10 +144,10 @@ def test_costs_scale_with_batch_and_sequence():
 def test_recompute_activation_bytes_match_memtracker(name):
     """Activations kept by one block under none/selective/full recomputation, predicted from
     the fake-tensor measurement, against PyTorch's MemTracker on a real CPU run of the block
-    wrapped exactly as the runtime wraps it (``galvatron_fx.recompute.checkpoint_fn``)."""
+    wrapped exactly as the runtime wraps it (``galvatron_fx.ir.recompute.checkpoint_fn``)."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from galvatron_fx.recompute import checkpoint_fn
+    from galvatron_fx.ir.recompute import checkpoint_fn
 
     batch, seq = 2, 64
     model, inputs = zoo.build(name, batch_size=batch, seq_len=seq)

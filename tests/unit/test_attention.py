@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from galvatron_fx.attention import sdpa_or_biased
+from galvatron_fx.ops.attention import sdpa_or_biased
 
 
 @pytest.mark.parametrize("bias_shape", [(2, 3, 5, 5), (1, 3, 5, 5), (2, 1, 5, 5)])

@@ -15,9 +15,9 @@ from torch import nn
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
-from galvatron_fx.backend import BackendOptions, galvatron_fx_backend
-from galvatron_fx.dynamo_graph import GraphSignature, check_whole_graph, source_path, to_shell
 from galvatron_fx.errors import CaptureError, ConfigError
+from galvatron_fx.frontend.backend import BackendOptions, galvatron_fx_backend
+from galvatron_fx.frontend.dynamo_graph import GraphSignature, check_whole_graph, source_path, to_shell
 
 T = 16
 STEPS = 3

@@ -15,11 +15,11 @@ import pytest
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cluster import Cluster, CollectiveFit
+from galvatron_fx.cluster.spec import default_local_cpu
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.placements import parse_placement
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.passes.decompose_layer import decompose_layer
 from galvatron_fx.search.candidates import SearchSpace
 from galvatron_fx.search.price_plan import price_plan

@@ -39,7 +39,7 @@ def test_a_plan_or_cluster_file_that_never_ends_or_nests_too_deep_is_refused(tmp
 
 
 def test_a_runs_report_and_metrics_are_read_bounded_and_checked(tmp_path):
-    from galvatron_fx.report_html import read_run
+    from galvatron_fx.report.html import read_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -62,7 +62,7 @@ def test_a_runs_report_and_metrics_are_read_bounded_and_checked(tmp_path):
 
 
 def test_a_hugging_face_config_no_model_has_is_refused_before_building(tmp_path):
-    from galvatron_fx import model_source
+    from galvatron_fx.frontend import model_source
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**7, "hidden_size": 64,
@@ -83,7 +83,7 @@ def test_a_hugging_face_config_no_model_has_is_refused_before_building(tmp_path)
 
 
 def test_outputs_named_as_directories_are_refused(tmp_path):
-    from galvatron_fx import report_html
+    from galvatron_fx.report import html as report_html
 
     plan_dir = tmp_path / "out"
     plan_dir.mkdir()

@@ -17,8 +17,8 @@ from galvatron_fx.cluster import (
     TierName,
     heterogeneous,
 )
+from galvatron_fx.cluster.host import local_fingerprint
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.host import local_fingerprint
 from galvatron_fx.profiler.hardware_profile import load_profile
 
 
@@ -130,7 +130,7 @@ def test_local_cpu_defaults_then_cached_profile(tmp_path) -> None:
     assert Cluster.local_cpu(4, cache_dir=tmp_path).intra_node.fits == {}
     # nor a file of this name that records another machine (another CPU, torch 1.0), nor one edited
     # (its fields no longer hash to its fingerprint), nor one that is not a profile at all (/dev/zero)
-    from galvatron_fx.local_cluster import cached_profile
+    from galvatron_fx.cluster.spec import cached_profile
 
     write_cached_profile(tmp_path, measured, 2, device_model="cpu:Other 9000", torch_version="1.0")
     got, why = cached_profile(2, tmp_path)
@@ -149,7 +149,7 @@ def test_local_cpu_defaults_then_cached_profile(tmp_path) -> None:
 
 
 def _fake_profile(tmp_path, fields: dict) -> str:
-    from galvatron_fx.host import make_fingerprint
+    from galvatron_fx.cluster.host import make_fingerprint
 
     fp = make_fingerprint(fields)
     cluster = Cluster.local_cpu(2, cache_dir=tmp_path)

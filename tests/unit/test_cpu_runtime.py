@@ -12,12 +12,12 @@ import statistics
 import pytest
 
 from galvatron_fx.cluster import Collective
+from galvatron_fx.cluster.spec import default_local_cpu
 from galvatron_fx.cost_models import cpu_runtime
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCalibration, cost_model, efficiency
 from galvatron_fx.cost_models.pipeline import StageCost, simulate
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.local_cluster import default_local_cpu
 from galvatron_fx.profiler import cpu_calibration
 
 
@@ -113,7 +113,7 @@ def test_optimizer_fsdp_tensor_parallel_and_op_by_op_terms():
     assert cal.fsdp_factor_for(3) == 0.5 and cal.tp_factor_for(2) == 0.6 and _cal().fsdp_factor_for(4) == 1.0
     # selective recomputation runs its layers op by op: the per-kernel overhead is its own
     from galvatron_fx import zoo
-    from galvatron_fx.capture import capture
+    from galvatron_fx.frontend.capture import capture
 
     mg = capture(*zoo.build("gpt-tiny", batch_size=2, seq_len=32, device="meta"))
     block = mg.blocks()[0]
@@ -306,7 +306,7 @@ def test_a_cached_calibration_prices_this_machines_plans_by_default(tmp_path, mo
     from galvatron_fx import zoo
     from galvatron_fx.cost_models import AnalyticCostModel
     from galvatron_fx.cost_models.cpu_runtime import CPURuntimeCostModel, cached
-    from galvatron_fx.search.planner import default_cost_model
+    from galvatron_fx.search.run_search import default_cost_model
 
     monkeypatch.setenv("GFX_CACHE_DIR", str(tmp_path))
     here = gfx.Cluster.local_cpu(2)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import galvatron_fx as gfx
-from galvatron_fx import topology, zoo
-from galvatron_fx.cluster import heterogeneous
+from galvatron_fx import zoo
+from galvatron_fx.cluster import heterogeneous, topology
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.ir.strategy import Precision
 from galvatron_fx.search.price_plan import price_plan
@@ -211,7 +211,7 @@ def test_min_max_split_gives_every_stage_a_layer_that_trains():
 def test_a_very_slow_node_still_gets_parameters_to_train():
     """A node so slow that the fastest split would leave it only the loss (no parameters, so its
     ranks' optimizers would have nothing to step) gets the cheapest stage that trains instead."""
-    from galvatron_fx.local_cluster import local_cpu
+    from galvatron_fx.cluster.spec import local_cpu
 
     base = local_cpu(4, nodes=2, devices_per_node=2)
     k = next(iter(base.device_specs))

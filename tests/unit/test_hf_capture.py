@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import galvatron_fx as gfx
 from galvatron_fx.errors import UnsupportedModelError
-from galvatron_fx.recompute import Recompute
+from galvatron_fx.ir.recompute import Recompute
 
 hf_tiny = pytest.importorskip("hf_tiny")
 pytest.importorskip("transformers")

@@ -17,9 +17,9 @@ import pytest
 
 import galvatron_fx as gfx
 from galvatron_fx import zoo
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, SPMode
 from galvatron_fx.passes.dump_program import compare_with_plan, write_program
-from galvatron_fx.recompute import Recompute
 
 lower = gfx.lower  # the public entry point
 

@@ -70,7 +70,7 @@ def test_torchrun_agents_on_one_host_are_nodes(monkeypatch):
 
 
 def test_local_cpu_keeps_a_profiled_layouts_kinds(tmp_path):
-    from galvatron_fx.host import local_fingerprint
+    from galvatron_fx.cluster.host import local_fingerprint
 
     base = gfx.Cluster.local_cpu(4, cache_dir=tmp_path)
     fast = base.device(0)

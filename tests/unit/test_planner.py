@@ -13,8 +13,8 @@ from galvatron_fx import zoo
 from galvatron_fx.cli import main
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.ir.plan_report import LOSSES
+from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, Precision
-from galvatron_fx.recompute import Recompute
 from galvatron_fx.search.baselines import all_baselines
 
 GiB = 2**30
@@ -442,7 +442,7 @@ def test_a_model_planned_directly_is_captured_with_the_collector_as_it_is(rtx, m
     import gc
     import importlib
 
-    capture_module = importlib.import_module("galvatron_fx.capture")
+    capture_module = importlib.import_module("galvatron_fx.frontend.capture")
     seen = []
     real = capture_module.capture
     monkeypatch.setattr(capture_module, "capture",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from galvatron_fx.progress import Progress
+from galvatron_fx.report.progress import Progress
 
 
 class _Tty(io.StringIO):

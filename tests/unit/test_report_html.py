@@ -1,4 +1,4 @@
-"""The HTML report (galvatron_fx.report_html): what it draws is what the plan and the run say, the
+"""The HTML report (galvatron_fx.report.html): what it draws is what the plan and the run say, the
 page is self-contained, and it renders in a real headless browser.
 
 The browser check runs where Chromium is installed; ``.ci/run`` installs it and sets
@@ -62,7 +62,7 @@ def test_the_page_draws_every_layer_op_and_stage(pipelined, tmp_path):
     mem = _section(page, "memory")
     assert mem.count("stage ") >= plan.pp and 'id="budget"' in mem
     # each stage's bar adds up to what the device shows (or the tensor peak): its label
-    from galvatron_fx.fmt import fmt_bytes
+    from galvatron_fx.report.fmt import fmt_bytes
 
     shown = plan.predicted.reserved_peak_bytes or plan.predicted.peak_memory_bytes
     for b in shown:
@@ -73,7 +73,7 @@ def test_the_page_draws_every_layer_op_and_stage(pipelined, tmp_path):
 
 
 def test_groups_that_cross_nodes_are_marked(flat, pipelined):
-    from galvatron_fx import report_html
+    from galvatron_fx.report import html as report_html
 
     rows = re.findall(r"<tr><td>(tp|dp)</td><td>([^<]*)</td><td>([^<]*)</td><td[^>]*>([a-z-]+)</td>",
                       _section(report_html.render(flat), "comm"))
@@ -107,7 +107,7 @@ def test_groups_that_cross_nodes_are_marked(flat, pipelined):
 
 
 def test_a_run_directory_gives_predicted_against_measured(pipelined, tmp_path):
-    from galvatron_fx import report_html
+    from galvatron_fx.report import html as report_html
 
     run = tmp_path / "run"
     run.mkdir()
@@ -224,7 +224,7 @@ def test_the_page_renders_in_headless_chromium(pipelined, tmp_path):
 
 
 def test_a_local_cluster_of_two_nodes_shows_its_crossing_groups(graph, tmp_path):
-    from galvatron_fx import report_html
+    from galvatron_fx.report import html as report_html
 
     cluster = gfx.Cluster.local_cpu(nodes=2, devices_per_node=2)
     assert (cluster.num_nodes, cluster.devices_per_node, cluster.world_size) == (2, 2, 4)

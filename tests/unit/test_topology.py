@@ -9,8 +9,8 @@ import json
 import pytest
 
 import galvatron_fx as gfx
-from galvatron_fx import topology, zoo
-from galvatron_fx.cluster import Collective
+from galvatron_fx import zoo
+from galvatron_fx.cluster import Collective, topology
 from galvatron_fx.cost_models import AnalyticCostModel
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.errors import ConfigError

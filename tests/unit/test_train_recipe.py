@@ -1,4 +1,4 @@
-"""The pieces of a training run around its step (galvatron_fx.train_recipe) and the run config's
+"""The pieces of a training run around its step (galvatron_fx.cli.train_recipe) and the run config's
 checks of them: token files, the learning-rate schedule, parameter groups, weights from a
 ``save_pretrained`` directory."""
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from galvatron_fx.cli import parse_args
+from galvatron_fx.cli.train import resolve_run
+from galvatron_fx.cli.train_recipe import TokenFile, init_from_hf, lr_at, param_groups, vocab_size
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.train_cli import resolve_run
-from galvatron_fx.train_recipe import TokenFile, init_from_hf, lr_at, param_groups, vocab_size
 
 
 def test_schedules_warm_up_then_fall_to_min_lr():
@@ -166,7 +166,7 @@ def test_the_tensorboard_writer_records_scalars(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from galvatron_fx.train_recipe import tensorboard_writer
+    from galvatron_fx.cli.train_recipe import tensorboard_writer
 
     w = tensorboard_writer(tmp_path / "tb")
     for step, loss in enumerate([3.0, 2.5, 2.0], start=1):

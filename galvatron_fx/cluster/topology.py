@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING
 from galvatron_fx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from galvatron_fx.cluster import Cluster, LinkTier
+    from galvatron_fx.cluster.spec import Cluster
+from galvatron_fx.cluster.records import LinkTier
 
 _EXHAUSTIVE = 50_000  # assignments of slow-link nodes to stages searched exhaustively; more: greedily
 

@@ -1,6 +1,6 @@
 """The ``galvatron-fx`` command line: one sub-command per verb.
 
-The arguments of every command are in :mod:`galvatron_fx.commands` (no heavy imports, so
+The arguments of every command are in :mod:`galvatron_fx.cli.commands` (no heavy imports, so
 ``--help`` answers at once); the code that runs a command is imported only when it runs.
 ``-v/--verbose`` works before or after the command name.
 """
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from galvatron_fx.commands import COMMANDS
+from galvatron_fx.cli.commands import COMMANDS
 
 
 def _verbose(p: argparse.ArgumentParser, *, default) -> None:
@@ -59,8 +59,8 @@ def _runner(target: str):
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's arguments; ``train``'s ``--section.key value`` pairs (a run config's keys,
-    :mod:`galvatron_fx.run_config`) in ``args.overrides``. Nothing else unknown is accepted."""
-    from galvatron_fx.run_config import parse_overrides
+    :mod:`galvatron_fx.cli.run_config`) in ``args.overrides``. Nothing else unknown is accepted."""
+    from galvatron_fx.cli.run_config import parse_overrides
 
     parser = build_parser()
     overrides, rest = parse_overrides(list(sys.argv[1:] if argv is None else argv))  # (before a positional takes a value)
@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
+def run_as_main() -> None:
+    """``python -m galvatron_fx.cli`` (:mod:`galvatron_fx.cli.__main__`): :func:`main`, then exit."""
     code = main()
     if os.environ.get("TORCHELASTIC_RUN_ID"):
         # a torchrun worker whose process groups are destroyed and files closed leaves without the

@@ -4,7 +4,7 @@
 torch, no model code, so it answers at once. Each command names the function that runs it as
 ``"module:function"``, imported only when that command runs. Flags mean the same thing in every
 command that takes them: a model is a zoo name, ``--hf-config PATH`` or ``--model
-module:factory`` (:mod:`galvatron_fx.model_source`); ``--batch`` is the global batch,
+module:factory`` (:mod:`galvatron_fx.frontend.model_source`); ``--batch`` is the global batch,
 ``--seq`` the sequence length, ``--cluster``/``--nodes`` the cluster, ``--precision`` the
 training precision (default fp32, as in the Python API), ``-v`` works before or after the
 command.
@@ -269,19 +269,19 @@ def _report(p: argparse.ArgumentParser) -> None:
 # name -> (help, add_arguments, "module:function" that runs it)
 COMMANDS = {
     "inspect": ("capture a model and show its layers, kinds and costs (tables, JSON, DOT)", _inspect,
-                "galvatron_fx.inspect:run_cli"),
+                "galvatron_fx.cli.inspect:run_cli"),
     "profile": ("measure collectives, p2p links, matmul/attention throughput and overlap; fit the cluster model "
-                "(under torchrun)", _profile, "galvatron_fx.profiler.hardware:run_cli"),
+                "(under torchrun)", _profile, "galvatron_fx.cli.profile:run_cli"),
     "plan": ("search a hybrid-parallel plan for a model on a cluster and explain it", _plan,
-             "galvatron_fx.search.cli:run_cli"),
+             "galvatron_fx.cli.plan:run_cli"),
     "lower": ("lower a saved plan and dump the graphs it runs, and whether they match the plan", _lower,
-              "galvatron_fx.lower_cli:run_cli"),
+              "galvatron_fx.cli.lower:run_cli"),
     "train": ("plan and train a model under torchrun, from flags or a TOML run config; writes metrics.jsonl",
-              _train, "galvatron_fx.train_cli:run_cli"),
+              _train, "galvatron_fx.cli.train:run_cli"),
     "export": ("write a checkpoint's trained weights as safetensors or a Hugging Face directory", _export,
-               "galvatron_fx.runtime.weights:run_cli"),
+               "galvatron_fx.cli.export:run_cli"),
     "explain": ("explain a saved plan: its layers, stages and predictions; --layer: one layer's choice against "
-                "its alternatives", _explain, "galvatron_fx.search.cli:explain_cli"),
+                "its alternatives", _explain, "galvatron_fx.cli.plan:explain_cli"),
     "report": ("write a plan (and a training run's measurements) as one self-contained HTML page", _report,
-               "galvatron_fx.report_html:run_cli"),
+               "galvatron_fx.cli.report:run_cli"),
 }

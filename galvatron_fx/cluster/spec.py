@@ -1,152 +1,55 @@
-"""What the planner knows about the machines: devices, link tiers and fitted collective costs.
-
-Terms
------
-- *tier*: a class of links. ``intra_node`` joins devices of one node (NVLink, PCIe, shared memory),
-  ``inter_node`` joins nodes (InfiniBand, Ethernet). A group of ranks pays the slowest tier it spans.
-- *bus bandwidth* (``LinkTier.bandwidth_bytes_s``): per-device achievable bandwidth in the
-  nccl-tests sense, so a ring all-reduce of ``S`` bytes over ``n`` devices takes
-  ``latency_s + 2 (n-1)/n * S / bandwidth_bytes_s``.
-- *fit*: ``CollectiveFit(alpha_s, beta_s_per_byte)``, ``time_s = alpha_s + beta_s_per_byte * nbytes``
-  for one (collective, group size) on one tier, measured by ``galvatron_fx.profiler.profile_hardware``.
-  ``nbytes`` follows the convention of ``galvatron_fx.cost_models.communication`` (the full,
-  unsharded tensor size).
-- *overlap slowdown*: factor (>= 1) by which compute and communication each slow down when they run
-  at the same time (shared memory bandwidth, SMs spent on communication kernels).
+"""The cluster a plan runs on (:class:`Cluster`: its nodes, device kinds and link tiers, made of
+:mod:`galvatron_fx.cluster.records`), its JSON form, the presets and mixes of node kinds, and this
+machine as a cluster of gloo CPU processes (:meth:`Cluster.local_cpu`: from a cached hardware
+profile when one matches this machine's fingerprint, else conservative defaults,
+:func:`default_local_cpu`).
 
 The JSON form is strict: unknown keys, missing fields and negative or zero sizes raise
 ``ConfigError`` naming the field (``cluster.device_specs['A100-80GB'].memory_bytes``). Every
-number of a cluster, however built, lies within the sane ranges of :mod:`galvatron_fx.limits`
-(:mod:`galvatron_fx.cluster_checks` lists them). This host's facts, fingerprints and the cache
-directory are :mod:`galvatron_fx.host`'s.
+number of a cluster, however built, lies within the sane ranges of :mod:`galvatron_fx.cluster.limits`
+(:mod:`galvatron_fx.cluster.checks` lists them). This host's facts, fingerprints and the cache
+directory are :mod:`galvatron_fx.cluster.host`'s.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import json
 import logging
-import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-from galvatron_fx import cluster_presets, limits
-from galvatron_fx.cluster_checks import check_keys, read_number, validate_cluster
+from galvatron_fx.cluster import limits
+from galvatron_fx.cluster import presets as cluster_presets
+from galvatron_fx.cluster.checks import check_keys, read_number, validate_cluster
+from galvatron_fx.cluster.host import (
+    cpu_model,
+    default_cache_dir,
+    fingerprint_fields,
+    host_memory_bytes,
+    local_fingerprint,
+    make_fingerprint,
+)
+from galvatron_fx.cluster.records import (
+    DEVICE_OPTIONAL,
+    Collective,
+    CollectiveFit,
+    DeviceSpec,
+    LinkTier,
+    TierName,
+    device_optional,
+    device_to_dict,
+    tier_from_dict,
+    tier_to_dict,
+)
 from galvatron_fx.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-GiB = 2**30
-MiB = 2**20
-
-
-class Collective(StrEnum):
-    """The collectives the cost model knows."""
-
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    P2P = "p2p"
-    BROADCAST = "broadcast"
-
-
-class TierName(StrEnum):
-    """Link tiers, fastest first."""
-
-    INTRA_NODE = "intra_node"
-    INTER_NODE = "inter_node"
-
-
-@dataclass(frozen=True)
-class CollectiveFit:
-    """``time_s = alpha_s + beta_s_per_byte * nbytes`` for one collective and group size.
-
-    ``points`` optionally keeps the measured ``(nbytes, time_s)`` the fit came from, sorted by
-    size. Inside their range, time is interpolated log-log between them: real links change regime
-    (caches, protocols, chunking) between 4 KiB and 64 MiB in ways one straight line cannot follow.
-    Outside it, the alpha-beta line is used (above the largest point, its slope continues from it).
-    """
-
-    alpha_s: float
-    beta_s_per_byte: float
-    points: tuple[tuple[int, float], ...] = ()
-
-    def time_s(self, nbytes: int) -> float:
-        """Predicted time of one collective moving ``nbytes`` (see the module's convention)."""
-        pts = self.points
-        if len(pts) >= 2 and pts[0][0] <= nbytes <= pts[-1][0]:
-            i = bisect.bisect_left([s for s, _ in pts], nbytes)
-            if pts[i][0] == nbytes:
-                return pts[i][1]
-            (s0, t0), (s1, t1) = pts[i - 1], pts[i]
-            w = math.log(nbytes / s0) / math.log(s1 / s0)
-            return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
-        if len(pts) >= 2 and nbytes > pts[-1][0]:
-            return pts[-1][1] + self.beta_s_per_byte * (nbytes - pts[-1][0])
-        return self.alpha_s + self.beta_s_per_byte * nbytes
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeviceSpec:
-    """One kind of accelerator (or CPU socket share)."""
-
-    kind: str
-    memory_bytes: int
-    # dtype name ("float32", "tfloat32", "bfloat16", "float16") -> dense peak FLOP/s
-    peak_flops: dict[str, float] = field(hash=False)
-    memory_bandwidth_bytes_s: float
-    # fixed costs (None: the compute efficiency's defaults): seconds per kernel launch, and per
-    # layer call in each direction (Python, autograd, allocator, launch gaps between kernels)
-    kernel_overhead_s: float | None = None
-    layer_overhead_s: float | None = None
-    # memory held beside the tensors: the runtime context (CUDA context, cuBLAS/cuDNN
-    # workspaces), buffers per communicator (NCCL), and the caching allocator's reserve at the
-    # peak as a factor on the tensor peak (reserved / allocated)
-    context_bytes: int = 0
-    comm_buffer_bytes: int = 0
-    allocator_factor: float = 1.0
-    # the host tier (CPU offload, :mod:`galvatron_fx.cost_models.offload`): the host memory one
-    # device's process may use (its node's share; None: none beside the device — a CPU "device"
-    # is host memory already, so nothing moves off it), the host link's bandwidth in each
-    # direction per device (PCIe, C2C; None: PCIe 4.0 x16's achievable figure) and the AdamW
-    # parameter updates per second of one device's share of the host's cores (None: an estimate)
-    host_memory_bytes: int | None = None
-    host_link_bytes_s: float | None = None
-    host_optimizer_params_s: float | None = None
-
-    def flops(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype`` (a torch dtype name such as ``"bfloat16"``)."""
-        name = str(dtype).removeprefix("torch.")
-        if name in self.peak_flops:
-            return self.peak_flops[name]
-        if "float32" in self.peak_flops:
-            return self.peak_flops["float32"]
-        raise ConfigError(
-            f"device {self.kind!r} has no peak FLOP/s for {name!r} (known: {sorted(self.peak_flops)}); "
-            "add it to the cluster's device_specs"
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinkTier:
-    """A class of links with a default latency/bandwidth and fitted collective costs."""
-
-    name: TierName
-    latency_s: float
-    bandwidth_bytes_s: float  # per-device bus bandwidth (nccl-tests "busbw")
-    # collective -> group size -> fit
-    fits: dict[Collective, dict[int, CollectiveFit]] = field(default_factory=dict, hash=False)
-
-    def fit(self, collective: Collective | str, group_size: int) -> CollectiveFit | None:
-        """The fitted cost of ``collective`` on ``group_size`` ranks, or None if not profiled."""
-        return self.fits.get(Collective(collective), {}).get(group_size)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,11 +77,11 @@ class Cluster:
     fingerprint: str | None = None
     schema_version: int = SCHEMA_VERSION
     # node pairs whose link carries only a share of the inter-node bandwidth: (a, b, factor)
-    # (:mod:`galvatron_fx.topology`; measured by the profiler's slow-link detection)
+    # (:mod:`galvatron_fx.cluster.topology`; measured by the profiler's slow-link detection)
     slow_links: tuple[tuple[int, int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        from galvatron_fx.topology import check_slow_links
+        from galvatron_fx.cluster.topology import check_slow_links
 
         validate_cluster(self)
         object.__setattr__(self, "slow_links", check_slow_links(self.slow_links, self.num_nodes))
@@ -209,7 +112,7 @@ class Cluster:
 
     def tier_of(self, ranks: Iterable[int]) -> LinkTier:
         """The slowest tier a group of ranks spans (a slow link between its nodes slows it)."""
-        from galvatron_fx.topology import link_factor, slowed
+        from galvatron_fx.cluster.topology import link_factor, slowed
 
         nodes = {self.node_of(r) for r in ranks}
         return self.intra_node if len(nodes) <= 1 else slowed(self.inter_node, link_factor(self, nodes))
@@ -245,10 +148,10 @@ class Cluster:
             "name": self.name,
             "num_nodes": self.num_nodes,
             "devices_per_node": self.devices_per_node,
-            "device_specs": {k: _device_to_dict(v) for k, v in self.device_specs.items()},
+            "device_specs": {k: device_to_dict(v) for k, v in self.device_specs.items()},
             "node_kinds": list(self.node_kinds),
-            "intra_node": _tier_to_dict(self.intra_node),
-            "inter_node": _tier_to_dict(self.inter_node),
+            "intra_node": tier_to_dict(self.intra_node),
+            "inter_node": tier_to_dict(self.inter_node),
             "overlap_slowdown": self.overlap_slowdown,
             "backend": self.backend,
             "all_to_all_via_all_gather": self.all_to_all_via_all_gather,
@@ -329,8 +232,6 @@ class Cluster:
         Otherwise conservative defaults are used (shared-memory gloo: 50 µs latency, 1 GB/s bus
         bandwidth, 20 GFLOP/s per process, slowdown 1.5) and an INFO log line says so.
         """
-        from galvatron_fx.local_cluster import local_cpu
-
         return local_cpu(world_size, nodes=nodes, devices_per_node=devices_per_node, cache_dir=cache_dir)
 
     def with_fits(
@@ -373,7 +274,7 @@ def read_json_arg(path_or_str: str | os.PathLike, what: str) -> tuple[str, str]:
 
 # -------------------------------------------------------------------- presets
 def _preset(name: str, nodes: int) -> Cluster:
-    """Preset ``name`` (:mod:`galvatron_fx.cluster_presets`' figures) on ``nodes`` 8-GPU nodes."""
+    """Preset ``name`` (:mod:`galvatron_fx.cluster.presets`' figures) on ``nodes`` 8-GPU nodes."""
     c = cluster_presets.CLUSTERS[name]
     spec = DeviceSpec(kind=c["device"], **cluster_presets.DEVICES[c["device"]])
     (intra_lat, intra_bw), (inter_lat, inter_bw) = c["intra"], c["inter"]
@@ -423,103 +324,9 @@ def heterogeneous(name: str, nodes: list[Cluster]) -> Cluster:
 
 
 # -------------------------------------------------------------------- JSON (checked by cluster_checks)
-def _tier_to_dict(t: LinkTier) -> dict[str, Any]:
-    return {
-        "name": str(t.name),
-        "latency_s": t.latency_s,
-        "bandwidth_bytes_s": t.bandwidth_bytes_s,
-        "fits": {
-            str(c): {str(n): _fit_to_dict(f) for n, f in sorted(per.items())}
-            for c, per in sorted(t.fits.items())
-        },
-    }
-
-
-def _fit_to_dict(f: CollectiveFit) -> dict[str, Any]:
-    d: dict[str, Any] = {"alpha_s": f.alpha_s, "beta_s_per_byte": f.beta_s_per_byte}
-    if f.points:
-        d["points"] = [[s, t] for s, t in f.points]
-    return d
-
-
-def _tier_from_dict(d: Any, where: str, expect: TierName) -> LinkTier:
-    check_keys(d, where, {"latency_s", "bandwidth_bytes_s"}, {"name", "fits"})
-    if d.get("name", str(expect)) != str(expect):
-        raise ConfigError(f"{where}.name: expected {str(expect)!r}, got {d['name']!r}")
-    fits: dict[Collective, dict[int, CollectiveFit]] = {}
-    raw = d.get("fits", {})
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}.fits: expected an object")
-    for cname, per in raw.items():
-        try:
-            coll = Collective(cname)
-        except ValueError:
-            raise ConfigError(f"{where}.fits: unknown collective {cname!r}; known: {[str(c) for c in Collective]}") from None
-        if not isinstance(per, Mapping):
-            raise ConfigError(f"{where}.fits[{cname!r}]: expected an object keyed by group size")
-        for n_s, f in per.items():
-            fw = f"{where}.fits[{cname!r}][{n_s!r}]"
-            try:
-                n = int(n_s)
-            except ValueError:
-                raise ConfigError(f"{fw}: group size must be an integer") from None
-            check_keys(f, fw, {"alpha_s", "beta_s_per_byte"}, {"points"})
-            points = f.get("points", [])
-            ok = isinstance(points, list) and all(
-                isinstance(q, list) and len(q) == 2 and isinstance(q[0], int) and q[0] > 0
-                and isinstance(q[1], (int, float)) and q[1] > 0
-                for q in points
-            )
-            if not ok or [q[0] for q in points] != sorted({q[0] for q in points}):
-                raise ConfigError(f"{fw}.points: expected [[nbytes > 0, time_s > 0], ...] with increasing nbytes")
-            fits.setdefault(coll, {})[n] = CollectiveFit(
-                alpha_s=float(read_number(f, "alpha_s", fw, positive=False, rng=limits.LATENCY_S)),
-                beta_s_per_byte=float(read_number(f, "beta_s_per_byte", fw, positive=False, rng=limits.SECONDS_PER_BYTE)),
-                points=tuple((int(a), float(b)) for a, b in points),
-            )
-    return LinkTier(
-        name=expect,
-        latency_s=float(read_number(d, "latency_s", where, positive=False, rng=limits.LATENCY_S)),
-        bandwidth_bytes_s=float(read_number(d, "bandwidth_bytes_s", where, rng=limits.BYTES_S)),
-        fits=fits,
-    )
-
-
 _CLUSTER_REQUIRED = {"name", "num_nodes", "devices_per_node", "device_specs", "node_kinds", "intra_node", "inter_node"}
 _CLUSTER_OPTIONAL = {"schema_version", "overlap_slowdown", "backend", "all_to_all_via_all_gather", "allow_tf32",
                      "fingerprint", "slow_links"}
-
-
-_HOST_KEYS = ("host_memory_bytes", "host_link_bytes_s", "host_optimizer_params_s")
-_DEVICE_OPTIONAL = ("kernel_overhead_s", "layer_overhead_s", "context_bytes", "comm_buffer_bytes", "allocator_factor",
-                    *_HOST_KEYS)
-
-
-def _device_to_dict(spec: DeviceSpec) -> dict[str, Any]:
-    """A device spec's JSON form; the host tier's fields only when known (so clusters without
-    one keep their JSON and hash)."""
-    d = dataclasses.asdict(spec)
-    return {k: v for k, v in d.items() if not (k in _HOST_KEYS and v is None)}
-
-
-def _device_optional(s: Mapping[str, Any], sw: str) -> dict[str, Any]:
-    """A device spec's optional fixed costs and memory terms, checked."""
-    out: dict[str, Any] = {}
-    for key in ("kernel_overhead_s", "layer_overhead_s"):
-        if s.get(key) is not None:
-            out[key] = float(read_number(s, key, sw, positive=False, rng=limits.LATENCY_S))
-    for key in ("context_bytes", "comm_buffer_bytes"):
-        if key in s:
-            out[key] = int(read_number(s, key, sw, positive=False, integer=True, rng=limits.BYTES))
-    if "allocator_factor" in s:
-        out["allocator_factor"] = float(read_number(s, "allocator_factor", sw, rng=limits.FACTOR))
-    if s.get("host_memory_bytes") is not None:
-        out["host_memory_bytes"] = int(read_number(s, "host_memory_bytes", sw, positive=False, integer=True,
-                                                   rng=limits.BYTES))
-    for key in ("host_link_bytes_s", "host_optimizer_params_s"):
-        if s.get(key) is not None:
-            out[key] = float(read_number(s, key, sw, rng=limits.BYTES_S))
-    return out
 
 
 def _cluster_from_dict(d: Any) -> Cluster:
@@ -538,7 +345,7 @@ def _cluster_from_dict(d: Any) -> Cluster:
     specs: dict[str, DeviceSpec] = {}
     for kind, s in specs_raw.items():
         sw = f"{w}.device_specs[{kind!r}]"
-        check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind", *_DEVICE_OPTIONAL})
+        check_keys(s, sw, {"memory_bytes", "peak_flops", "memory_bandwidth_bytes_s"}, {"kind", *DEVICE_OPTIONAL})
         if s.get("kind", kind) != kind:
             raise ConfigError(f"{sw}.kind: {s['kind']!r} differs from its key {kind!r}")
         pf = s["peak_flops"]
@@ -549,7 +356,7 @@ def _cluster_from_dict(d: Any) -> Cluster:
             memory_bytes=int(read_number(s, "memory_bytes", sw, integer=True, rng=limits.DEVICE_MEMORY)),
             peak_flops={str(k): float(read_number(pf, k, f"{sw}.peak_flops", rng=limits.FLOPS)) for k in pf},
             memory_bandwidth_bytes_s=float(read_number(s, "memory_bandwidth_bytes_s", sw, rng=limits.BYTES_S)),
-            **_device_optional(s, sw),
+            **device_optional(s, sw),
         )
     kinds = d["node_kinds"]
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
@@ -570,8 +377,8 @@ def _cluster_from_dict(d: Any) -> Cluster:
         devices_per_node=dpn,
         device_specs=specs,
         node_kinds=tuple(kinds),
-        intra_node=_tier_from_dict(d["intra_node"], f"{w}.intra_node", TierName.INTRA_NODE),
-        inter_node=_tier_from_dict(d["inter_node"], f"{w}.inter_node", TierName.INTER_NODE),
+        intra_node=tier_from_dict(d["intra_node"], f"{w}.intra_node", TierName.INTRA_NODE),
+        inter_node=tier_from_dict(d["inter_node"], f"{w}.inter_node", TierName.INTER_NODE),
         overlap_slowdown=slowdown,
         backend=str(d.get("backend", "nccl")),
         all_to_all_via_all_gather=via,
@@ -586,3 +393,101 @@ def _slow_links_from(raw: Any, w: str) -> tuple:
     if not isinstance(raw, list):
         raise ConfigError(f"{w}.slow_links: expected a list of [node a, node b, factor]")
     return tuple(tuple(x) if isinstance(x, list) else x for x in raw)
+
+
+# -------------------------------------------------------------------- this machine
+def local_cpu(world_size: int | None = None, *, nodes: int = 1, devices_per_node: int | None = None,
+              cache_dir: str | os.PathLike | None = None) -> Cluster:
+    """``Cluster.local_cpu`` (see its documentation)."""
+    if nodes < 1:
+        raise ConfigError(f"nodes must be >= 1, got {nodes}")
+    if world_size is None:
+        if devices_per_node is None:
+            raise ConfigError("local_cpu needs world_size, or nodes= and devices_per_node=")
+        world_size = nodes * devices_per_node
+    if world_size < 1:
+        raise ConfigError(f"world_size must be >= 1, got {world_size}")
+    limits.DEGREE.check(world_size, "world_size")
+    if world_size % nodes or (devices_per_node is not None and devices_per_node * nodes != world_size):
+        raise ConfigError(f"local_cpu: {world_size} processes do not split into {nodes} nodes"
+                          + (f" of {devices_per_node}" if devices_per_node is not None else "")
+                          + "; pass nodes= and devices_per_node= whose product is the world size")
+    one = _one_node(world_size, cache_dir)
+    if one.num_nodes == nodes:
+        return one  # a profile of this layout (torchrun agents as nodes): its per-node device kinds
+    if one.num_nodes > 1:  # a profile of another layout: its first node's device for every node
+        kind = one.node_kinds[0]
+        one = dataclasses.replace(one, num_nodes=1, devices_per_node=world_size, node_kinds=(kind,),
+                                  device_specs={kind: one.device_specs[kind]})
+    if nodes == 1:
+        return one
+    return dataclasses.replace(one, name=f"{one.name}-{nodes}x{world_size // nodes}", num_nodes=nodes,
+                               devices_per_node=world_size // nodes, node_kinds=one.node_kinds * nodes,
+                               inter_node=dataclasses.replace(one.intra_node, name=TierName.INTER_NODE))
+
+
+def cached_profile(world_size: int, cache_dir=None) -> tuple[Cluster | None, str]:
+    """This machine's cached hardware profile for ``world_size`` gloo processes, when it can be
+    trusted, else ``(None, why not)``: the file is read bounded and parsed depth-capped, its
+    recorded machine fields (CPU model, cores, torch, backend, world size) must be this machine's
+    and hash to its fingerprint, and its cluster must be of this fingerprint and world size. A
+    file whose name matches but whose contents describe another machine is not used."""
+    fp = local_fingerprint(world_size)
+    path = Path(default_cache_dir(cache_dir)) / f"hardware-{fp}.json"
+    if not path.exists():
+        return None, f"no cached profile for fingerprint {fp}"
+    try:
+        data = limits.read_json(path, what="hardware profile")
+        here = fingerprint_fields(num_hosts=1, device_model=cpu_model(), devices_per_host=os.cpu_count() or 1,
+                                  backend="gloo", world_size=world_size)
+        fields = data.get("fingerprint_fields") if isinstance(data, dict) else None
+        if not isinstance(fields, dict) or make_fingerprint(fields) != data.get("fingerprint"):
+            return None, f"{path} does not record the machine it measured (or was edited)"
+        diff = sorted(k for k in here if fields.get(k) != here[k])
+        if diff:
+            shown = ", ".join(f"{k} {fields.get(k)!r} (here {here[k]!r})" for k in diff)
+            return None, f"{path} was measured on another machine: {shown}"
+        cluster = _cluster_from_dict(data["cluster"])
+    except (ConfigError, KeyError, TypeError, AttributeError, OSError) as e:
+        return None, f"{path} cannot be read ({e})"
+    if cluster.fingerprint != fp or cluster.world_size != world_size:
+        return None, f"{path} holds a cluster of another machine or world size"
+    return cluster, f"cached hardware profile {path}"
+
+
+def _one_node(world_size: int, cache_dir) -> Cluster:
+    cluster, why = cached_profile(world_size, cache_dir)
+    if cluster is not None:
+        logger.info("local_cpu: using %s", why)
+        return cluster
+    if why.startswith("no cached profile"):
+        logger.info("local_cpu: %s; using conservative defaults (run `torchrun --nproc-per-node %d -m "
+                    "galvatron_fx.cli profile` to measure)", why, world_size)
+    else:
+        logger.warning("local_cpu: not using the cached profile: %s; using conservative defaults (measure again: "
+                       "torchrun --nproc-per-node %d -m galvatron_fx.cli profile)", why, world_size)
+    return default_local_cpu(world_size, fingerprint=local_fingerprint(world_size))
+
+
+def default_local_cpu(world_size: int, *, fingerprint: str | None = None) -> Cluster:
+    """Conservative defaults for gloo CPU processes on one host (no profile)."""
+    spec = DeviceSpec(
+        kind=f"cpu:{cpu_model()}"[:80],
+        memory_bytes=host_memory_bytes() // max(world_size, 1),
+        # a share of a few cores doing fp32 GEMM; bf16 on CPU is usually slower
+        peak_flops={"float32": 20e9, "bfloat16": 10e9, "float16": 5e9},
+        memory_bandwidth_bytes_s=10e9,
+    )
+    return Cluster(
+        name=f"local-cpu-{world_size}",
+        num_nodes=1,
+        devices_per_node=world_size,
+        device_specs={spec.kind: spec},
+        node_kinds=(spec.kind,),
+        intra_node=LinkTier(name=TierName.INTRA_NODE, latency_s=50e-6, bandwidth_bytes_s=1e9),
+        inter_node=LinkTier(name=TierName.INTER_NODE, latency_s=100e-6, bandwidth_bytes_s=1.25e9),
+        overlap_slowdown=1.5,
+        backend="gloo",
+        all_to_all_via_all_gather=True,
+        fingerprint=fingerprint,
+    )

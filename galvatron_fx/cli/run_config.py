@@ -188,8 +188,8 @@ class RunConfig:
     # ---- checking --------------------------------------------------------------------------------
     def check(self) -> None:
         """Values out of range, refused with what to give instead (before torch is imported)."""
-        from galvatron_fx.commands import OFFLOAD_CHOICES, PRECISIONS
-        from galvatron_fx.train_recipe import SCHEDULES, TOKEN_DTYPES
+        from galvatron_fx.cli.commands import OFFLOAD_CHOICES, PRECISIONS
+        from galvatron_fx.cli.train_recipe import SCHEDULES, TOKEN_DTYPES
 
         def need(ok: bool, section: str, key: str, what: str) -> None:
             if not ok:
@@ -283,7 +283,7 @@ def load(path: str | os.PathLike, config: RunConfig | None = None) -> RunConfig:
     types (not ranges: :meth:`RunConfig.check`, after the overrides)."""
     import tomllib
 
-    from galvatron_fx.limits import read_text
+    from galvatron_fx.cluster.limits import read_text
 
     path = Path(path)
     try:

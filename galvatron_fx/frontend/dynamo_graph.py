@@ -1,5 +1,5 @@
-"""The Dynamo graph as the ``galvatron_fx`` backend (:mod:`galvatron_fx.backend`) reads it: what
-each graph input is, the *shell* that :func:`~galvatron_fx.capture.capture` takes, and the checks
+"""The Dynamo graph as the ``galvatron_fx`` backend (:mod:`galvatron_fx.frontend.backend`) reads it: what
+each graph input is, the *shell* that :func:`~galvatron_fx.frontend.capture.capture` takes, and the checks
 that refuse a graph the parallel runtime cannot run.
 
 Contract: everything here works on Dynamo's ``fx.GraphModule`` and its example inputs alone (no
@@ -13,7 +13,7 @@ source goes through the module, e.g. ``L['self']._modules['blocks']._modules['0'
 ['weight']``); its *FQN* is the path below the module (``blocks.0.weight``); the *roots* are the
 frame variables the modules hang from (``self``). The *shell* is an ``fx.GraphModule`` over
 Dynamo's graph whose state inputs are attributes at their FQNs (the user's own tensors), so
-that :func:`~galvatron_fx.capture.capture` names parameters and layers as the user does.
+that :func:`~galvatron_fx.frontend.capture.capture` names parameters and layers as the user does.
 
 Algorithm: a source name (``L['self']._modules['blocks']._modules['0']._parameters['w']``) is
 parsed into its root variable and path (:func:`source_path`, module containers dropped); roots
@@ -246,7 +246,7 @@ def check_whole_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], sig: Gr
            f"torch._dynamo.explain(model)(*inputs) lists them), or {_USE_COMPILE}")
     if any("transformers" in f.filename for f in stack):
         fix = ("for a Hugging Face model, import transformers before galvatron_fx (or call "
-               "galvatron_fx.backend.ignore_hf_logging() after importing it), so that Dynamo traces through "
+               "galvatron_fx.frontend.backend.ignore_hf_logging() after importing it), so that Dynamo traces through "
                "transformers' logger.warning_once; else " + fix)
     if reason is not None and getattr(reason, "graph_break", False):
         first = str(getattr(reason, "reason", "")).strip().splitlines()

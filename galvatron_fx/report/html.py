@@ -32,12 +32,12 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
+from galvatron_fx.cluster.limits import load_json, read_json
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.fmt import fmt_bytes, fmt_seconds
 from galvatron_fx.ir.plan_report import efficiency_line, group_ranks, group_text, layer_runs, node_of, run_name
-from galvatron_fx.limits import load_json, read_json
+from galvatron_fx.report.fmt import fmt_bytes, fmt_seconds
 
-__all__ = ["read_run", "render", "run_cli", "write"]
+__all__ = ["read_run", "render", "write"]
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
             "#9c755f", "#bab0ac", "#2f4b7c", "#a05195")
@@ -192,7 +192,7 @@ def _memory(plan) -> str:
 
 
 def _timeline(plan) -> str:
-    from galvatron_fx.plan_trace import predicted_timeline
+    from galvatron_fx.report.trace import predicted_timeline
 
     schedule = plan.schedule if plan.pp > 1 else "1f1b"
     try:
@@ -493,14 +493,3 @@ def write(plan, path: str | os.PathLike, run: str | os.PathLike | dict | None = 
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, out)
     return out
-
-
-def run_cli(args) -> int:
-    """``galvatron-fx report PLAN.json [--run DIR] --out R.html``."""
-    from galvatron_fx.ir.plan import ParallelPlan
-
-    plan = ParallelPlan.load(args.plan)
-    out = write(plan, args.out, args.run)
-    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): plan {plan.model} on {plan.world_size} devices"
-          + (f", measurements from {args.run}" if args.run is not None else ""))
-    return 0

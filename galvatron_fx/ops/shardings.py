@@ -3,7 +3,7 @@
 Registered through DTensor's own API when this module is imported, so that the placement
 solver (which reads DTensor's strategy tables) and the runtime (which dispatches DTensors) see
 one set. The CPU flash-attention kernels' rules, which need the runtime's mesh conventions, live
-here too; those of attention with a trained bias with its op (``galvatron_fx.attention``, imported
+here too; those of attention with a trained bias with its op (``galvatron_fx.ops.attention``, imported
 here). The solver reads these tables (:mod:`galvatron_fx.search.node_strategies`) exactly as the
 runtime's dispatch does: one rule set.
 
@@ -34,7 +34,7 @@ from torch.distributed.tensor._ops.utils import (
 )
 from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
 
-from galvatron_fx import attention  # noqa: F401 (its ops and their rules)
+from galvatron_fx.ops import attention  # noqa: F401 (its ops and their rules)
 
 aten = torch.ops.aten
 

@@ -1,7 +1,7 @@
 """What a training run needs around its step: data from a token file, the learning-rate schedule,
 parameter groups, the log line, TensorBoard, and weights from a ``save_pretrained`` directory.
 
-Used by ``galvatron-fx train`` (:mod:`galvatron_fx.train_cli`); each piece is plain and usable on
+Used by ``galvatron-fx train`` (:mod:`galvatron_fx.cli.train`); each piece is plain and usable on
 its own.
 
 - :class:`TokenFile`: a flat file of token ids (``uint16`` or ``uint32``, native byte order, as
@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from galvatron_fx.cluster.limits import load_json
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import load_json
 
 MAX_INDEX_BYTES = 16 * 2**20  # a safetensors index lists names: a few MB for the largest models
 

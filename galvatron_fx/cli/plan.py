@@ -19,9 +19,9 @@ import time
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import model_source
+    from galvatron_fx.cli.commands import default_precision, offload_space
     from galvatron_fx.cluster import Cluster
-    from galvatron_fx.commands import default_precision, offload_space
+    from galvatron_fx.frontend import model_source
     from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
     from galvatron_fx.search.planner import plan

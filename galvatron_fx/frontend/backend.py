@@ -33,7 +33,7 @@ replicated state (parameters, gradients and two AdamW moments: four times the pa
 is taken off the memory budget before the search. For sharded parameters and optimizer state,
 micro-batching and ``train_step``, use ``galvatron_fx.compile()``.
 
-Terms (*state input*, *FQN*, *roots*, *shell*): see :mod:`galvatron_fx.dynamo_graph`.
+Terms (*state input*, *FQN*, *roots*, *shell*): see :mod:`galvatron_fx.frontend.dynamo_graph`.
 
 Algorithm (under ``torchrun``):
 1. At compile time: parse the options; map graph inputs to user inputs and state FQNs
@@ -82,7 +82,8 @@ from torch.distributed.tensor.placement_types import Placement
 
 from galvatron_fx.api import plan_on_rank0
 from galvatron_fx.cluster import Cluster
-from galvatron_fx.dynamo_graph import (
+from galvatron_fx.errors import CaptureError, ConfigError, PlanError
+from galvatron_fx.frontend.dynamo_graph import (
     _USE_COMPILE,
     BACKEND_NAME,
     GraphSignature,
@@ -90,7 +91,6 @@ from galvatron_fx.dynamo_graph import (
     source_path,
     to_shell,
 )
-from galvatron_fx.errors import CaptureError, ConfigError, PlanError
 from galvatron_fx.ir.plan import ParallelPlan
 from galvatron_fx.ir.strategy import DPType
 from galvatron_fx.search.candidates import SearchSpace
@@ -308,7 +308,7 @@ def _search(mg, cluster: Cluster, gbs: int, opts: BackendOptions, world: int | N
     """A plan the backend runs (``opts.search`` is constrained), with the replicated parameter,
     gradient and AdamW state taken off the budget (see module doc)."""
     import galvatron_fx as gfx
-    from galvatron_fx.inspect import fmt_bytes
+    from galvatron_fx.report.inspect import fmt_bytes
 
     if world is not None and cluster.world_size != world:
         raise PlanError(f"the cluster describes {cluster.world_size} devices, this job has {world}: pass a cluster "
@@ -331,7 +331,7 @@ def _search_on_rank0(mg, cluster: Cluster, gbs: int, opts: BackendOptions) -> Pa
 
 
 def _write_dumps(d: Path, mg, plan: ParallelPlan | None) -> None:
-    from galvatron_fx.inspect import format_layer_table
+    from galvatron_fx.report.inspect import format_layer_table
 
     d.mkdir(parents=True, exist_ok=True)
     (d / "layers.txt").write_text(format_layer_table(mg) + "\n")
@@ -360,7 +360,7 @@ class _Eager:
         return self.gm.forward(*args)
 
     def _dump(self, args) -> None:
-        from galvatron_fx.capture import capture
+        from galvatron_fx.frontend.capture import capture
 
         d = cast(Path, _graph_dir(self.opts, self.gm))  # dumped with a dump_dir
         sig = GraphSignature.of(self.gm, args)
@@ -401,7 +401,7 @@ class _Parallel:
 
     def _build(self, args) -> None:
         from galvatron_fx.api import check_same_plan
-        from galvatron_fx.capture import capture
+        from galvatron_fx.frontend.capture import capture
         from galvatron_fx.runtime.parallel_module import ParallelModule
 
         world, rank = dist.get_world_size(), dist.get_rank()

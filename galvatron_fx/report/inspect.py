@@ -7,14 +7,10 @@ device (no weights are allocated), annotates its costs and prints what the plann
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
 from typing import TYPE_CHECKING, Any
 
-from galvatron_fx.fmt import fmt_bytes, fmt_count, format_table  # noqa: F401 (re-exported)
 from galvatron_fx.ir.meta import facts
+from galvatron_fx.report.fmt import fmt_bytes, fmt_count, format_table  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from galvatron_fx.ir.graph import ModelGraph
@@ -134,22 +130,3 @@ def graph_to_dot(mg: ModelGraph) -> str:
                 lines.append(f'  "{a.name}" -> "{n.name}";')
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-# ---- CLI ------------------------------------------------------------------------------------
-
-def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import model_source
-
-    source = model_source.resolve(zoo_name=args.zoo_name, hf_config=args.hf_config, factory=args.factory)
-    t0 = time.perf_counter()
-    mg = model_source.capture(source, batch_size=args.batch or 1, seq_len=args.seq, device=args.device)
-    print(mg.summary(nodes=args.node_table))
-    print(f"(captured and annotated in {time.perf_counter() - t0:.2f} s)")
-    if args.json:
-        args.json.write_text(json.dumps(mg.to_json_dict(nodes=args.node_table), indent=1) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.dot:
-        args.dot.write_text(mg.to_dot())
-        print(f"wrote {args.dot}", file=sys.stderr)
-    return 0

@@ -1,9 +1,9 @@
-"""Datasheet figures of the GPU cluster presets (:meth:`galvatron_fx.cluster.Cluster.preset`).
+"""Datasheet figures of the GPU cluster presets (:meth:`galvatron_fx.cluster.spec.Cluster.preset`).
 
 Contract: plain numbers only: ``DEVICES`` maps a device kind to its
-:class:`~galvatron_fx.cluster.DeviceSpec` fields, ``CLUSTERS`` a preset name to its device kind,
+:class:`~galvatron_fx.cluster.spec.DeviceSpec` fields, ``CLUSTERS`` a preset name to its device kind,
 per-tier ``(latency_s, bus bandwidth bytes/s)`` and overlap slowdown; every node has 8 devices,
-the backend is NCCL and TF32 matmuls are allowed. :mod:`galvatron_fx.cluster` builds the
+the backend is NCCL and TF32 matmuls are allowed. :mod:`galvatron_fx.cluster.spec` builds the
 clusters. The sources of each figure follow.
 """
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from galvatron_fx.cluster.limits import read_json
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.limits import read_json
 
 _HF_AUTO = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM")
 DEFAULT_HF_SEQ = 2048  # an HF config's sequence when none is given: min(this, max_position_embeddings)
@@ -180,7 +180,7 @@ def build(source: ModelSource, *, batch_size: int, seq_len: int | None, device: 
 def capture(source: ModelSource, *, batch_size: int, seq_len: int | None, device: Any = "meta",
             dtype=None, annotate: bool = True):
     """The captured :class:`~galvatron_fx.ir.graph.ModelGraph` of ``source`` (optionally in ``dtype``)."""
-    from galvatron_fx.capture import capture as capture_model
+    from galvatron_fx.frontend.capture import capture as capture_model
 
     model, args, kwargs = build(source, batch_size=batch_size, seq_len=seq_len, device=device)
     if dtype is not None:

@@ -2,9 +2,9 @@
 
 Contract: :func:`validate_cluster` raises ``ConfigError`` naming the field
 (``cluster.device_specs['A100-80GB'].memory_bytes``) for an impossible cluster or a number outside
-the sane ranges of :mod:`galvatron_fx.limits`; ``Cluster.__post_init__`` calls it, so every
+the sane ranges of :mod:`galvatron_fx.cluster.limits`; ``Cluster.__post_init__`` calls it, so every
 ``Cluster``, however built, passes it. :func:`check_keys` and :func:`read_number` check one JSON
-object's keys and one numeric field for the strict JSON reader in :mod:`galvatron_fx.cluster`.
+object's keys and one numeric field for the strict JSON reader in :mod:`galvatron_fx.cluster.spec`.
 
 Terms: the sane ranges — at most 2**20 devices, device memory in [2**20, 2**60] bytes, peak compute
 in [1e6, 1e21] FLOP/s, memory and link bandwidths in [1e6, 1e16] bytes/s, latencies and alphas
@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
-from galvatron_fx import limits
+from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from galvatron_fx.cluster import Cluster
+    from galvatron_fx.cluster.spec import Cluster
 
 __all__ = ["check_keys", "is_real", "read_number", "validate_cluster"]
 
@@ -76,7 +76,7 @@ _POINT_S = limits.Range(0, 1e4, "s")
 
 def validate_cluster(c: Cluster) -> None:
     """Checks on a constructed cluster (impossible clusters, and numbers outside the sane ranges
-    of :mod:`galvatron_fx.limits`, raise ``ConfigError``)."""
+    of :mod:`galvatron_fx.cluster.limits`, raise ``ConfigError``)."""
     if isinstance(c.num_nodes, int) and c.num_nodes < 1:
         raise ConfigError(f"cluster.num_nodes must be >= 1, got {c.num_nodes}")
     if isinstance(c.devices_per_node, int) and c.devices_per_node < 1:

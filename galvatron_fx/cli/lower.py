@@ -25,9 +25,9 @@ def _seq_of(plan) -> int | None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import model_source
-    from galvatron_fx.capture import capture
     from galvatron_fx.errors import ConfigError, PlanError
+    from galvatron_fx.frontend import model_source
+    from galvatron_fx.frontend.capture import capture
     from galvatron_fx.ir.plan import ParallelPlan, model_mismatch
     from galvatron_fx.passes.batch_probe import mark_batched
     from galvatron_fx.passes.dump_program import write_program

@@ -4,7 +4,7 @@
 
 A run config is a TOML file in sections (``[model]``, ``[parallelism]``, ``[training]``,
 ``[optimizer]``, ``[data]``, ``[checkpoint]``, ``[metrics]``), read into a typed
-:class:`~galvatron_fx.run_config.RunConfig`; ``--section.key value`` overrides a key, and the
+:class:`~galvatron_fx.cli.run_config.RunConfig`; ``--section.key value`` overrides a key, and the
 command's flags (``--steps``, ``--checkpoint-dir``) override last. Relative paths in the file are
 relative to the file. The model is ``model.name`` (a zoo name, ``gpt-tiny``), ``model.hf_config``
 or ``model.factory`` (``module:function``), built on this rank's device with seed ``model.seed``;
@@ -18,7 +18,7 @@ largest that fits at once), ``"LO:HI"`` (the fastest in the range) or ``tokens_p
 batch nearest that target): the search then chooses it and the run trains at its batch.
 
 ``data.source`` may also be a flat file of token ids (``uint16``/``uint32``: ``data.dtype``; nanoGPT's
-``train.bin``), its last ``val_fraction`` held out for validation (:mod:`galvatron_fx.train_recipe`);
+``train.bin``), its last ``val_fraction`` held out for validation (:mod:`galvatron_fx.cli.train_recipe`);
 ``model.init = "hf:DIR"`` starts from a ``save_pretrained`` directory's weights (and model, unless one is
 named). The recipe: ``lr`` after ``warmup`` steps, then ``schedule`` (cosine, linear or constant)
 down to ``min_lr`` at the last step (a function of the step, so a resumed run continues it);
@@ -34,7 +34,7 @@ density, :mod:`galvatron_fx.runtime.efficiency`, with ``"profiled": true``), and
 go to ``<out>/tensorboard``. ``<out>/plan.json`` is the plan run, ``<out>/predicted_trace.json``
 its predicted step and ``<out>/step_trace.rank<R>.json`` the first profiled step as Chrome traces
 (Perfetto), ``<out>/report.json`` the predicted against measured summary and
-``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report_html`),
+``<out>/report.html`` the plan and the run as one page (:mod:`galvatron_fx.report.html`),
 ``<out>/run_config.json`` the config the run resolved, by section. ``checkpoint.dir`` holds the
 run's checkpoints, ``step-<N>`` every ``checkpoint.every`` steps and at the end
 (:mod:`galvatron_fx.runtime.checkpoint`), the newest ``checkpoint.keep`` kept. Before the first
@@ -57,15 +57,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from galvatron_fx import run_config
-from galvatron_fx.commands import default_precision, offload_space
+from galvatron_fx.cli import run_config
+from galvatron_fx.cli.commands import default_precision, offload_space
+from galvatron_fx.cli.run_config import IMPORTABLE, RunConfig
 from galvatron_fx.errors import ConfigError, NonFiniteLossError
-from galvatron_fx.run_config import IMPORTABLE, RunConfig
 
 
 def resolve_run(args: argparse.Namespace) -> RunConfig:
     """Defaults, then the run config file's keys, then its ``--section.key`` overrides, then the
-    flags given; checked (:mod:`galvatron_fx.run_config`)."""
+    flags given; checked (:mod:`galvatron_fx.cli.run_config`)."""
     run = RunConfig()
     if getattr(args, "config", None) is not None:
         run_config.load(args.config, run)
@@ -136,7 +136,7 @@ def _importable(spec: str, what: str):
 def _data(run: RunConfig, example, model):
     """``(train(step) -> batch, val(i) -> batch or None, what)``: from a token file, a data
     function, a saved ``datasets`` dataset, or the example batch."""
-    from galvatron_fx.train_recipe import TokenFile
+    from galvatron_fx.cli.train_recipe import TokenFile
 
     if not run.data.source:
         return (lambda step: example), None, "the example batch (a smoke run: give data = a token file)"
@@ -160,7 +160,7 @@ def _data(run: RunConfig, example, model):
 
 
 def _token_batches(run: RunConfig, tokens, example, model):
-    from galvatron_fx.train_recipe import TokenFile, vocab_size
+    from galvatron_fx.cli.train_recipe import TokenFile, vocab_size
 
     layout = TokenFile.layout(example)
     first = _tensors(example)[0]
@@ -202,7 +202,7 @@ def _evaluate(pm, val, batches: int) -> float:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from galvatron_fx import model_source
+    from galvatron_fx.frontend import model_source
 
     run = resolve_run(args)  # every key checked before torch is imported: a bad config says so at once
     from galvatron_fx.runtime.checkpoint_files import step_checkpoints
@@ -216,12 +216,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
     from galvatron_fx.api import _resized
     from galvatron_fx.api import compile as gfx_compile
+    from galvatron_fx.cli.train_recipe import format_line, init_from_hf, lr_at, param_groups, tensorboard_writer
     from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.ir.strategy import Precision
     from galvatron_fx.runtime import efficiency
     from galvatron_fx.search.auto_batch import AutoBatch
     from galvatron_fx.search.candidates import SearchSpace
-    from galvatron_fx.train_recipe import format_line, init_from_hf, lr_at, param_groups, tensorboard_writer
 
     dist = _init_group()
     rank, world = dist.get_rank(), dist.get_world_size()
