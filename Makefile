@@ -24,15 +24,19 @@ demo: venv
 
 LINTED := galvatron_fx tests benchmarks examples
 
+# unit tests (one process each) spread over the cores; then the spawned-gloo tests, whose ranks
+# use the cores themselves, one module at a time
 test: venv
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/mypy
-	$(VPY) -m pytest -q -ra tests
+	$(VPY) -m pytest -q -ra -n auto tests/unit
+	$(VPY) -m pytest -q -ra tests/dist
 
 test-fast: venv
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/mypy
-	$(VPY) -m pytest -q -ra -m "not slow" tests
+	$(VPY) -m pytest -q -ra -n auto -m "not slow" tests/unit
+	$(VPY) -m pytest -q -ra -m "not slow" tests/dist
 
 # every benchmark; each prints a table and writes benchmarks/results/<name>.json (~20 min)
 bench: venv

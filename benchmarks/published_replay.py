@@ -1,7 +1,7 @@
 """Published GPU training runs replayed: predicted vs published step time and memory.
 
-Every row of ``benchmarks/published_data.py`` (published measurements of real multi-GPU training
-runs, each with its source) whose configuration the planner can express is replayed: the model
+Every row of ``benchmarks/published_data.json`` (published measurements of real multi-GPU training
+runs, each with its source; the schema is ``published_data.py``'s doc) whose configuration the planner can express is replayed: the model
 is built on the ``meta`` device from the published dimensions (GPT or Llama family), the cluster
 from the GPU's preset with the published GPU count (memory set to the variant's), and the plan is
 pinned through the search caps to the published tensor, pipeline and data-parallel degrees,
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
-import runpy
 import statistics
 import sys
 import time
@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_results  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "published_data.py"
+DATA = Path(__file__).resolve().parent / "published_data.json"  # read as data (published_data.py: its schema)
 GiB = 2**30
 
 # published GPU name -> (preset, memory GiB of the variant, note)
@@ -227,7 +227,7 @@ def main() -> None:
     ap.add_argument("--source", nargs="*", help="replay only these sources")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows per source (0: all)")
     args = ap.parse_args()
-    data = runpy.run_path(str(DATA))
+    data = json.loads(DATA.read_text(encoding="utf-8"))
     rows, skipped, graphs, per = [], [], {}, {}
     t0 = time.perf_counter()
     for row in data["ROWS"]:

@@ -205,7 +205,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from galvatron_fx.frontend import model_source
 
     run = resolve_run(args)  # every key checked before torch is imported: a bad config says so at once
-    from galvatron_fx.runtime.checkpoint_files import step_checkpoints
+    from galvatron_fx.runtime.checkpoint.files import step_checkpoints
 
     resumable = step_checkpoints(run.checkpoint.dir) if run.checkpoint.dir else []  # (foreign files: refused now)
     init_dir = run.model.init[3:] if run.model.init else None
@@ -416,7 +416,7 @@ def _save(pm, opt, directory: str, step: int, keep: int) -> None:
     import torch.distributed as dist
 
     from galvatron_fx.runtime import checkpoint
-    from galvatron_fx.runtime.checkpoint_files import STEP_PREFIX, prune_steps
+    from galvatron_fx.runtime.checkpoint.files import STEP_PREFIX, prune_steps
 
     checkpoint.save(pm, opt, Path(directory) / f"{STEP_PREFIX}{step}", step=step)
     if dist.get_rank() == 0:

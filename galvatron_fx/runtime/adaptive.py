@@ -275,9 +275,9 @@ def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> 
     """Every parameter's optimizer state as full tensors by FQN (identical on every rank:
     gathered over each slot's mesh and broadcast from a rank of the stage that holds it), and the
     param group index of each FQN."""
-    from galvatron_fx.runtime.checkpoint_slots import _bodies, _is_elementwise, _optimizer_slots, _view
+    from galvatron_fx.runtime.checkpoint.slots import bodies_of, is_elementwise, optimizer_slots, slot_view
 
-    slot_of = _optimizer_slots(_bodies(pm), optimizer)
+    slot_of = optimizer_slots(bodies_of(pm), optimizer)
     mine: dict[str, tuple[torch.Tensor, dict, int]] = {}
     for gi, group in enumerate(optimizer.param_groups):
         for p in group["params"]:
@@ -286,7 +286,7 @@ def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> 
                 mine[s.fqn] = (p, optimizer.state[p], gi)
     # what each rank holds: fqn -> (state keys: elementwise shape/dtype or a scalar value), group
     desc = {fqn: ({k: (("full", tuple(slot_of[id(p)].global_shape), str(v.dtype).removeprefix("torch."))
-                       if isinstance(v, torch.Tensor) and _is_elementwise(p, v) else ("scalar", v.detach().cpu()
+                       if isinstance(v, torch.Tensor) and is_elementwise(p, v) else ("scalar", v.detach().cpu()
                                                                                           if isinstance(v, torch.Tensor) else v))
                    for k, v in st.items()}, gi) for fqn, (p, st, gi) in mine.items()}
     every: list = [None] * dist.get_world_size()
@@ -312,7 +312,7 @@ def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> 
             shape, dtype = rest
             if fqn in mine:
                 p, st, _ = mine[fqn]
-                full = _view(slot_of[id(p)], st[k]).full_tensor().to(device)
+                full = slot_view(slot_of[id(p)], st[k]).full_tensor().to(device)
             else:
                 full = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
             dist.broadcast(full, src=holders[fqn])
@@ -325,13 +325,13 @@ def move_state(old: nn.Module, new: nn.Module, optimizer: torch.optim.Optimizer 
     """Parameters and buffers of ``old`` into ``new`` and ``optimizer`` re-pointed at ``new``'s
     parameters with its state resharded (collective; see module doc)."""
     from galvatron_fx.runtime.checkpoint import load_full_state_dict
-    from galvatron_fx.runtime.checkpoint_slots import _bodies, _is_elementwise, _set_full, _slots
+    from galvatron_fx.runtime.checkpoint.slots import all_slots, bodies_of, is_elementwise, set_full
 
     states, group_of = _optimizer_state_by_fqn(old, optimizer) if optimizer is not None else ({}, {})
     load_full_state_dict(new, old.state_dict(), strict=False)
     if optimizer is None:
         return
-    new_slots = _slots(_bodies(new))
+    new_slots = all_slots(bodies_of(new))
     by_param: dict[int, Any] = {}
     for s in new_slots:
         by_param.setdefault(id(s.param), s)
@@ -353,9 +353,9 @@ def move_state(old: nn.Module, new: nn.Module, optimizer: torch.optim.Optimizer 
         for k, v in saved.items():
             if isinstance(v, torch.Tensor) and v.shape == torch.Size(s.global_shape) and v.ndim > 0:
                 t = torch.zeros_like(p)
-                if not _is_elementwise(p, t):
+                if not is_elementwise(p, t):
                     continue
-                _set_full(s, t, v)
+                set_full(s, t, v)
                 st[k] = t
             else:
                 st[k] = v.clone() if isinstance(v, torch.Tensor) else v

@@ -132,7 +132,7 @@ class _Recorder:
     after every step (``compile(adapt=True)``'s warm-up, observation and re-plan)."""
 
     def __init__(self, pm):
-        from galvatron_fx.runtime.checkpoint_slots import _bodies
+        from galvatron_fx.runtime.checkpoint.slots import bodies_of
         from galvatron_fx.runtime.parallel_module import ParallelModule
 
         self.pm = pm
@@ -141,7 +141,7 @@ class _Recorder:
         self.tl = _Timeline(self.cuda)
         self.records: list[dict] = []
         self.peak_bytes: int | None = None
-        self.bodies = _bodies(pm)
+        self.bodies = bodies_of(pm)
         self.runs = [(body, j, run) for body in self.bodies for j, run in enumerate(body._ckpt)]
         self.train_step = type(pm).train_step.__get__(pm)
         self.sync = type(pm).sync_grads.__get__(pm)
@@ -282,7 +282,7 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
     (collective over each group; every rank calls it): ``(op, bytes, the group's ranks, seconds)``
     per group and size — the fastest of :data:`_PROBE_REPEATS` after three warm-ups: what the link
     can do, the figure that repeats from run to run (contention in a step is the step's to show)."""
-    from galvatron_fx.runtime.checkpoint_slots import _bodies
+    from galvatron_fx.runtime.checkpoint.slots import bodies_of
 
     out = []
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() and \
@@ -290,7 +290,7 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
     groups = []
     if dist.get_world_size() > 1:  # the whole world: the links another plan's groups would use
         groups.append(dist.group.WORLD)
-    body = _bodies(pm)[0]
+    body = bodies_of(pm)[0]
     for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in body.plan.layers
                           if lp.stage == body.plan.layers[body.layer_ids[0]].stage}):
         mesh = body.mesh(dp, tp)

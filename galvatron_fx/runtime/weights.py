@@ -67,12 +67,12 @@ def copy_into(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     missing = sorted(set(required) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
-        raise ConfigError(f"the weights do not fit this model: missing {_names(missing)}, unexpected "
-                          f"{_names(unexpected)}; pass the module the parallel one was built from")
+        raise ConfigError(f"the weights do not fit this model: missing {some_names(missing)}, unexpected "
+                          f"{some_names(unexpected)}; pass the module the parallel one was built from")
     bad = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
            if k in state and state[k].shape != v.shape]
     if bad:
-        raise ConfigError(f"the weights do not fit this model: shapes differ for {_names(bad)}")
+        raise ConfigError(f"the weights do not fit this model: shapes differ for {some_names(bad)}")
     with torch.no_grad():
         for name, old in own.items():
             if name not in state:
@@ -89,7 +89,7 @@ def copy_into(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
                 owner._buffers[leaf] = new.clone()
 
 
-def _names(names: list[str], limit: int = 6) -> str:
+def some_names(names: list[str], limit: int = 6) -> str:
     if not names:
         return "none"
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -103,9 +103,15 @@ def read_checkpoint_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from galvatron_fx.runtime.checkpoint_files import _Reader, _resolve, newest_checkpoint, read_dcp_metadata, verify
+    from galvatron_fx.runtime.checkpoint.files import (
+        SafeReader,
+        newest_checkpoint,
+        read_dcp_metadata,
+        resolve_checkpoint,
+        verify,
+    )
 
-    where = _resolve(newest_checkpoint(path))  # (a run's directory: its newest step checkpoint)
+    where = resolve_checkpoint(newest_checkpoint(path))  # (a run's directory: its newest step checkpoint)
     verify(where)
     md = read_dcp_metadata(where)
     state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
@@ -115,7 +121,7 @@ def read_checkpoint_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise ConfigError(f"checkpoint {str(path)!r} holds no model tensors; is it a galvatron_fx checkpoint?")
     with warnings.catch_warnings():  # (DCP says it loads in one process: that is the intent)
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
-        dcp.load(state, storage_reader=_Reader(where), no_dist=True)
+        dcp.load(state, storage_reader=SafeReader(where), no_dist=True)
     return {k[len(_MODEL_PREFIX):]: v for k, v in state.items()}
 
 

@@ -42,15 +42,15 @@ def _snapshot(pm, opt) -> dict:
     (copies: ``full_tensor()`` of a replicated DTensor is the live local tensor)."""
     import torch
 
-    from galvatron_fx.runtime import checkpoint_slots as cks
+    from galvatron_fx.runtime.checkpoint import slots as cks
 
     out = {}
-    for s in cks._slots(pm):
+    for s in cks.all_slots(pm):
         if s.copy:
             continue
-        out[f"model.{s.fqn}"] = cks._view(s, s.param).full_tensor().clone()
+        out[f"model.{s.fqn}"] = cks.slot_view(s, s.param).full_tensor().clone()
         for name, v in opt.state.get(s.param, {}).items():
-            out[f"optim.{s.fqn}.{name}"] = (cks._view(s, v).full_tensor() if v.ndim else v).clone()
+            out[f"optim.{s.fqn}.{name}"] = (cks.slot_view(s, v).full_tensor() if v.ndim else v).clone()
     assert all(isinstance(v, torch.Tensor) for v in out.values())
     return out
 
@@ -70,17 +70,17 @@ def _diff_at(a: dict, b: dict) -> tuple[float, str]:
 def _tied_diff(pm, opt) -> tuple[int, float]:
     """Number of tied copies and the largest difference between a copy and the first one
     (parameters and optimizer state)."""
-    from galvatron_fx.runtime import checkpoint_slots as cks
+    from galvatron_fx.runtime.checkpoint import slots as cks
 
-    first = {s.fqn: s for s in cks._slots(pm) if s.copy == 0}
+    first = {s.fqn: s for s in cks.all_slots(pm) if s.copy == 0}
     n, worst = 0, 0.0
-    for s in cks._slots(pm):
+    for s in cks.all_slots(pm):
         if not s.copy:
             continue
         n += 1
         f = first[s.fqn]
-        pairs = [(cks._view(f, f.param), cks._view(s, s.param))]
-        pairs += [(cks._view(f, v), cks._view(s, opt.state[s.param][k])) if v.ndim else (v, opt.state[s.param][k])
+        pairs = [(cks.slot_view(f, f.param), cks.slot_view(s, s.param))]
+        pairs += [(cks.slot_view(f, v), cks.slot_view(s, opt.state[s.param][k])) if v.ndim else (v, opt.state[s.param][k])
                   for k, v in opt.state.get(f.param, {}).items()]
         for a, b in pairs:
             a = a.full_tensor() if hasattr(a, "full_tensor") else a
@@ -182,7 +182,7 @@ def _atomic_case(tmp: Path, cache: dict) -> dict:
     import torch.distributed as dist
 
     from galvatron_fx.runtime import checkpoint as ck
-    from galvatron_fx.runtime import checkpoint_files as ckf
+    from galvatron_fx.runtime.checkpoint import files as ckf
 
     pm, opt = cache["fresh"], cache["fresh_opt"]
     path = tmp / "ckA"

@@ -142,7 +142,7 @@ def graphs() -> dict:
     out = {}
     for name in MODELS:
         model, inputs = zoo.build(name, batch_size=GLOBAL_BATCH, seq_len=SEQ, device="meta")
-        out[name] = galvatron_fx.frontend.capture(model, inputs)
+        out[name] = galvatron_fx.capture(model, inputs)
     return out
 
 

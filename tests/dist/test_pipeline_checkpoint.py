@@ -73,17 +73,17 @@ def _digest(pm, opt) -> dict[str, list[str]]:
     digests of different plans compare bit for bit."""
     import hashlib
 
-    from galvatron_fx.runtime import checkpoint_slots as cks
+    from galvatron_fx.runtime.checkpoint import slots as cks
 
     def sha(t) -> str:
         t = t.full_tensor() if hasattr(t, "full_tensor") else t
         return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
     out: dict[str, list[str]] = {}
-    for s in cks._slots(pm):
-        out.setdefault(f"model.{s.fqn}", []).append(sha(cks._view(s, s.param)))
+    for s in cks.all_slots(pm):
+        out.setdefault(f"model.{s.fqn}", []).append(sha(cks.slot_view(s, s.param)))
         for name, v in opt.state.get(s.param, {}).items():
-            t = cks._view(s, v) if cks._is_elementwise(s.param, v) else v
+            t = cks.slot_view(s, v) if cks.is_elementwise(s.param, v) else v
             out.setdefault(f"optim.{s.fqn}.{name}", []).append(sha(t))
     return out
 
@@ -217,8 +217,8 @@ def _buffers_case(tmp: Path, cache: dict) -> dict:
             for b in body._buffers_full.values():
                 b.zero_()
         other.load(tmp / "ck_llama", other_opt)
-        out[f"{name}_bodies"] = len(bodies)
-        out[f"{name}_buffers"] = sorted(orig)
+        out[f"{name}bodies_of"] = len(bodies)
+        out[f"{name}buffers_of"] = sorted(orig)
         out[f"{name}_buffer_err"] = max((b - orig[k]).abs().max().item() for body in bodies
                                         for k, b in body._buffers_full.items())
         out[f"{name}_digest"] = _digest(other, other_opt)

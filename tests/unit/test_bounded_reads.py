@@ -98,7 +98,7 @@ def test_outputs_named_as_directories_are_refused(tmp_path):
 
 
 def test_a_checkpoint_manifest_that_never_ends_is_refused(tmp_path):
-    from galvatron_fx.runtime.checkpoint_files import MANIFEST, read_manifest
+    from galvatron_fx.runtime.checkpoint.files import MANIFEST, read_manifest
 
     (tmp_path / "ck").mkdir()
     _zero_link(tmp_path / "ck" / MANIFEST)
@@ -107,7 +107,7 @@ def test_a_checkpoint_manifest_that_never_ends_is_refused(tmp_path):
 
 
 def test_dcp_metadata_that_never_ends_is_refused(tmp_path):
-    from galvatron_fx.runtime.checkpoint_files import read_dcp_metadata
+    from galvatron_fx.runtime.checkpoint.files import read_dcp_metadata
 
     (tmp_path / "ck").mkdir()
     _zero_link(tmp_path / "ck" / ".metadata")

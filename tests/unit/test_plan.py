@@ -193,7 +193,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("where,value,field,phrase", BAD, ids=[f"{b[2]}={b[1]!r}"[:40] for b in BAD])
+@pytest.mark.parametrize("where,value,field,phrase", BAD, ids=[f"{b[2]}={'(deleted)' if b[1] is _DELETE else repr(b[1])}"[:40] for b in BAD])
 def test_invalid_plan_names_the_field(tmp_path, where, value, field, phrase):
     d = make_plan().to_dict()
     _set(d, where, value)

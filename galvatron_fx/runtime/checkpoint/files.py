@@ -1,12 +1,12 @@
 """The on-disk side of a checkpoint (:mod:`galvatron_fx.runtime.checkpoint`): the directory's
 files, their manifest, and the atomic swap of a finished save into place. No process group is
-needed here except by :func:`_finish` (rank 0 of a save).
+needed here except by :func:`finish_save` (rank 0 of a save).
 
 Contract: :func:`verify` and :func:`read_manifest` take any path and raise ``ConfigError`` (what
 is wrong, what to do) for a missing, unfinished, damaged or forged checkpoint; they read only the
 plain file names the manifest lists, of regular files inside the directory.
 :func:`read_dcp_metadata` unpickles DCP's ``.metadata`` through an allow-list of DCP's own record
-classes, so a forged file runs no code; :class:`_Reader` is DCP's file reader using it.
+classes, so a forged file runs no code; :class:`SafeReader` is DCP's file reader using it.
 
 On disk (one directory, DCP's files plus three of ours)::
 
@@ -25,10 +25,10 @@ On disk (one directory, DCP's files plus three of ours)::
 Terms: the *target* is the directory a save replaces; a *sibling* is ``.<name>.tmp-<token>`` (a
 save being written) or ``.<name>.old-<token>`` (the previous checkpoint during the swap).
 
-Algorithm (finishing a save, rank 0, :func:`_finish`): write ``plan.json``, ``trainer_state.pt``
+Algorithm (finishing a save, rank 0, :func:`finish_save`): write ``plan.json``, ``trainer_state.pt``
 and, last, ``manifest.json`` into the temporary sibling, each fsynced; then ``path ->
 .old-<token>``, ``tmp -> path``, fsync the parent, remove the old one and any stale siblings of
-crashed saves. :func:`_resolve` falls back to a complete ``.old-*`` sibling when ``path`` is
+crashed saves. :func:`resolve_checkpoint` falls back to a complete ``.old-*`` sibling when ``path`` is
 missing (a crash between the two renames).
 """
 
@@ -68,7 +68,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 TRAINER = "trainer_state.pt"
-_DCP_METADATA = ".metadata"
+DCP_METADATA = ".metadata"
 
 
 # ---- files -------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _describe(path: Path) -> dict[str, Any]:
+def describe_file(path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
@@ -173,7 +173,7 @@ def _siblings(path: Path, kind: str) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.{kind}-*"))
 
 
-def _check_target(path: Path, want: dict[str, tuple[int, ...]], optional: set[str], model: str,
+def check_save_target(path: Path, want: dict[str, tuple[int, ...]], optional: set[str], model: str,
                   overwrite: bool) -> None:
     """Rank 0, before anything is written: ``path`` may take a checkpoint of the model whose keys
     and shapes are ``want`` (named ``model``; ``optional``: its parameters no layer reads): it is
@@ -184,7 +184,7 @@ def _check_target(path: Path, want: dict[str, tuple[int, ...]], optional: set[st
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise ConfigError(f"refusing to replace {str(path)!r}: it is a non-empty directory without {MANIFEST}, "
                           "so not a galvatron_fx checkpoint; choose another path or remove it")
-    target = _resolve(path)  # after a crash mid-swap, the previous checkpoint beside it
+    target = resolve_checkpoint(path)  # after a crash mid-swap, the previous checkpoint beside it
     if overwrite or not (target / MANIFEST).exists():
         return
     other = _other_model(target, want, optional, model)
@@ -209,8 +209,8 @@ def _other_model(target: Path, want: dict[str, tuple[int, ...]], optional: set[s
     shapes = [f"{k[6:]} {saved[k]} there, {want[k]} here" for k in sorted(want) if k in saved and saved[k] != want[k]]
     if not (missing or unexpected or shapes):
         return None
-    diff = [f"this model has {_names(missing, 4)}, which that checkpoint lacks"] if missing else []
-    diff += [f"that checkpoint has {_names(unexpected, 4)}, which this model lacks"] if unexpected else []
+    diff = [f"this model has {some_names(missing, 4)}, which that checkpoint lacks"] if missing else []
+    diff += [f"that checkpoint has {some_names(unexpected, 4)}, which this model lacks"] if unexpected else []
     diff += [f"other shapes: {', '.join(shapes[:3])}{' ...' if len(shapes) > 3 else ''}"] if shapes else []
     step = manifest.get("step") if isinstance(manifest, dict) else None
     return (f"it holds a checkpoint of another model, {name!r} (step {step}), not of this model {model!r} "
@@ -238,7 +238,7 @@ def _remove_stale(path: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _resolve(path: Path) -> Path:
+def resolve_checkpoint(path: Path) -> Path:
     """``path``, or, when it is missing after a crash between the two renames of a save, the
     complete previous checkpoint beside it."""
     if path.exists():
@@ -305,9 +305,9 @@ def read_dcp_metadata(path: str | os.PathLike) -> Metadata:
     """DCP's metadata of the checkpoint at ``path``, unpickled by an allow-list of DCP's own
     record classes (no other code can run), holding tensors only; ``ConfigError`` otherwise."""
     path = Path(path)
-    bad = f"checkpoint {str(path)!r} is damaged or forged: its {_DCP_METADATA}"
+    bad = f"checkpoint {str(path)!r} is damaged or forged: its {DCP_METADATA}"
     try:
-        with open(path / _DCP_METADATA, "rb") as f:
+        with open(path / DCP_METADATA, "rb") as f:
             raw = f.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ConfigError(f"{bad} is larger than {MAX_MANIFEST_BYTES // 2**20} MiB; load a checkpoint you trust")
@@ -325,7 +325,7 @@ def read_dcp_metadata(path: str | os.PathLike) -> Metadata:
     return md
 
 
-class _Reader(FileSystemReader):
+class SafeReader(FileSystemReader):
     """DCP's file reader, reading its metadata through :func:`read_dcp_metadata`."""
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
@@ -381,7 +381,7 @@ def verify(path: str | os.PathLike, *, checksums: bool = True, share: tuple[int,
 
 # ---- finishing a save --------------------------------------------------------------------------
 
-def _finish(plan: ParallelPlan, tmp: Path, path: Path, token: str, trainer: dict, files: dict[str, dict],
+def finish_save(plan: ParallelPlan, tmp: Path, path: Path, token: str, trainer: dict, files: dict[str, dict],
             step: int | None) -> None:
     """Rank 0: the plan, the trainer state, the manifest last, then the swap."""
     plan.save(tmp / PLAN)
@@ -389,8 +389,8 @@ def _finish(plan: ParallelPlan, tmp: Path, path: Path, token: str, trainer: dict
         torch.save(trainer, f)
         f.flush()
         os.fsync(f.fileno())
-    for name in (_DCP_METADATA, PLAN, TRAINER):
-        files[name] = _describe(tmp / name)
+    for name in (DCP_METADATA, PLAN, TRAINER):
+        files[name] = describe_file(tmp / name)
     manifest = {"format": FORMAT, "version": VERSION, "world_size": dist.get_world_size(),
                 "plan_hash": plan.plan_hash(), "plan_model": plan.model, "step": step,
                 "torch_version": torch.__version__, "created_unix_s": time.time(), "files": dict(sorted(files.items()))}
@@ -408,7 +408,7 @@ def _saved_shapes(md) -> dict[str, tuple[int, ...]]:
             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
 
 
-def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: AbstractSet[str] = frozenset()) -> None:
+def check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: AbstractSet[str] = frozenset()) -> None:
     """The checkpoint holds every key of ``want`` (but those in ``optional``) with its shape, and
     no other ``model.`` key."""
     saved = _saved_shapes(md)
@@ -416,7 +416,7 @@ def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: 
     unexpected = sorted(k[6:] for k in set(saved) - set(want))
     if missing or unexpected:
         raise ConfigError(f"checkpoint {str(path)!r} holds other parameters than this module: missing "
-                          f"{_names(missing)}, unexpected {_names(unexpected)}; load it into the model it was saved "
+                          f"{some_names(missing)}, unexpected {some_names(unexpected)}; load it into the model it was saved "
                           "from (same FQNs), or load matching weights with load_state_dict")
     bad = [f"{k[6:]} saved {saved[k]} vs module {want[k]}" for k in sorted(want) if k in saved and saved[k] != want[k]]
     if bad:
@@ -424,7 +424,7 @@ def _check_metadata(want: dict[str, tuple[int, ...]], path: Path, md, optional: 
                           f"{' ...' if len(bad) > 5 else ''}; load it into the model configuration it was saved from")
 
 
-def _names(names: list[str], limit: int = 8) -> str:
+def some_names(names: list[str], limit: int = 8) -> str:
     if not names:
         return "none"
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -9,19 +9,9 @@ rank sees at the same path. The optimizer is an ordinary ``torch.optim`` optimiz
 parameter's shape, like Adam's ``exp_avg``) or scalar (``step``); it may be fresh (empty state)
 when loading. :func:`load_full_state_dict` takes full tensors, identical on every rank.
 
-Terms: a *body* is one :class:`ParallelModule` on this rank: the module itself, or each pipeline
-chunk's (a rank of a pipelined plan holds one body per chunk of its stage, and only those
-parameters). A *slot* is one stored copy of a parameter, ``(executor, key)``; a tied weight read
-by two layers has two slots under one FQN (the user's name, ``ex.fqn_of_key[key]``), each in its
-own layout, kept equal; under a pipeline the two may sit on different stages. A slot's ``copy``
-numbers the slots of its FQN on this rank (0, 1, ...); its ``layer`` is the global index of its
-executor's layer. The *owner* of an FQN is its slot at the lowest layer over all ranks: the one
-saved. The *layout* of a slot is DTensor's: an FSDP (ZeRO-2/3) parameter is a DTensor sharded over
-dp (``Shard(0)`` or ``_StridedShard(0)``) and as planned over tp; a local parameter is this
-rank's shard of ``(Replicate on dp, tp placement)``, viewed as a DTensor with
-``DTensor.from_local(..., shape=, stride=)`` over the same storage, on its body's (stage's) mesh.
+Terms (*body*, *slot*, *copy*, *layer*, *owner*, *layout*): see :mod:`galvatron_fx.runtime.checkpoint.slots`.
 
-On disk: see :mod:`galvatron_fx.runtime.checkpoint_files` (DCP's files, ``plan.json``,
+On disk: see :mod:`galvatron_fx.runtime.checkpoint.files` (DCP's files, ``plan.json``,
 ``trainer_state.pt`` and, written last, ``manifest.json``).
 
 Algorithm (save): every rank gathers each FQN's lowest layer (the owner), its optimizer groups,
@@ -78,37 +68,32 @@ from torch.distributed.tensor import DTensor
 from torch.nn.modules.module import _IncompatibleKeys
 
 from galvatron_fx.errors import ConfigError
-from galvatron_fx.runtime.checkpoint_files import (
-    _DCP_METADATA,
-    FORMAT,
-    MANIFEST,
-    PLAN,
+from galvatron_fx.runtime.checkpoint.files import (
+    DCP_METADATA,
     TRAINER,
-    VERSION,
-    _check_metadata,
-    _check_target,
-    _describe,
-    _finish,
-    _names,
-    _Reader,
-    _resolve,
+    SafeReader,
+    check_metadata,
+    check_save_target,
+    describe_file,
+    finish_save,
     read_dcp_metadata,
-    read_manifest,
+    resolve_checkpoint,
+    some_names,
     verify,
 )
-from galvatron_fx.runtime.checkpoint_slots import (
-    _bodies,
-    _buffers,
-    _copy_whole,
-    _is_elementwise,
-    _optimizer_slots,
-    _reshard_fsdp,
-    _set_full,
-    _Slot,
-    _slots,
-    _unused,
-    _view,
-    _whole,
+from galvatron_fx.runtime.checkpoint.slots import (
+    Slot,
+    all_slots,
+    bodies_of,
+    buffers_of,
+    copy_whole,
+    is_elementwise,
+    optimizer_slots,
+    reshard_fsdp,
+    set_full,
+    slot_view,
+    unused_params,
+    whole_tensors,
 )
 from galvatron_fx.runtime.guard import guarded
 
@@ -118,8 +103,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save", "load", "load_full_state_dict", "verify", "read_manifest", "LoadedCheckpoint", "FORMAT", "VERSION",
-           "MANIFEST", "PLAN", "TRAINER"]
+__all__ = ["save", "load", "load_full_state_dict", "LoadedCheckpoint"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +170,7 @@ def _from_rank0(value: Any) -> Any:
 
 # ---- save --------------------------------------------------------------------------------------
 
-def _owners(slots: list[_Slot]) -> dict[str, int]:
+def _owners(slots: list[Slot]) -> dict[str, int]:
     """FQN -> the lowest layer holding it among ``slots``."""
     out: dict[str, int] = {}
     for s in slots:
@@ -200,10 +184,10 @@ def _state_to_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimize
     over all ranks; tied copies hold the same values and state), their optimizer tensors, the
     buffers."""
     state: dict[str, torch.Tensor] = {}
-    mine = [s for s in _slots(bodies) if s.layer == owner[s.fqn]]
+    mine = [s for s in all_slots(bodies) if s.layer == owner[s.fqn]]
     for s in mine:
-        state[f"model.{s.fqn}"] = _view(s, s.param)
-    for fqn, b in _whole(bodies).items():
+        state[f"model.{s.fqn}"] = slot_view(s, s.param)
+    for fqn, b in whole_tensors(bodies).items():
         state[f"model.{fqn}"] = b.detach()
     if optimizer is None:
         return state
@@ -212,11 +196,11 @@ def _state_to_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimize
         for name, v in optimizer.state.get(p, {}).items():
             if isinstance(v, torch.Tensor):
                 # a scalar (a step count) is identical on every rank: DCP writes it once
-                state[f"optim.{s.fqn}.{name}"] = _view(s, v) if _is_elementwise(p, v) else v.detach()
+                state[f"optim.{s.fqn}.{name}"] = slot_view(s, v) if is_elementwise(p, v) else v.detach()
     return state
 
 
-def _optimizer_values(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+def _optimizer_values(slot_of: dict[int, Slot], optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
     """The optimizer's non-tensor state values by ``optim.<fqn>.<name>``; ``ConfigError`` for
     state that is neither elementwise nor scalar."""
     values: dict[str, Any] = {}
@@ -227,14 +211,14 @@ def _optimizer_values(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimize
         for name, v in optimizer.state.get(p, {}).items():
             if not isinstance(v, torch.Tensor):
                 values.setdefault(f"optim.{s.fqn}.{name}", v)
-            elif not (_is_elementwise(p, v) or (v.ndim == 0 and not isinstance(v, DTensor))):
+            elif not (is_elementwise(p, v) or (v.ndim == 0 and not isinstance(v, DTensor))):
                 raise ConfigError(f"optimizer state {name!r} of {s.fqn} has shape {tuple(v.shape)}, neither the "
                                   f"parameter's local shape {tuple(p.shape)} nor a scalar: checkpoints support "
                                   "optimizers with elementwise state (SGD, Adam, AdamW, ...)")
     return values
 
 
-def _param_groups(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer | None) -> list[dict]:
+def _param_groups(slot_of: dict[int, Slot], optimizer: torch.optim.Optimizer | None) -> list[dict]:
     if optimizer is None:
         return []
     return [{"fqns": sorted({slot_of[id(p)].fqn for p in g["params"]}),
@@ -258,8 +242,8 @@ def _local_for_save(bodies: list[ParallelModule], optimizer: torch.optim.Optimiz
     """What this rank contributes to a save's agreement: its owners, groups, values, the keys and
     shapes it holds, or a problem."""
     try:
-        slot_of = _optimizer_slots(bodies, optimizer)
-        return {"owners": _owners(_slots(bodies)), "groups": _param_groups(slot_of, optimizer),
+        slot_of = optimizer_slots(bodies, optimizer)
+        return {"owners": _owners(all_slots(bodies)), "groups": _param_groups(slot_of, optimizer),
                 "values": _optimizer_values(slot_of, optimizer), "expected": _expected(bodies), "problem": None}
     except ConfigError as e:
         return {"problem": str(e)}
@@ -277,7 +261,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     ``path`` is replaced when it is of the same model (the same parameters and buffers, under any
     plan or world size); one of another model raises ``ConfigError`` on every rank, with nothing
     written, unless ``overwrite``. Returns ``path``."""
-    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
+    bodies, plan = bodies_of(pm), cast("ParallelPlan", pm.plan)
     path = Path(path).absolute()
     rank = dist.get_rank()
     if step is not None:
@@ -285,7 +269,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
             step = operator.index(step)
         except TypeError:
             raise ConfigError(f"save(step=...) takes an int, got {type(step).__name__}") from None
-    _reshard_fsdp(bodies)
+    reshard_fsdp(bodies)
     parts = _gather(_local_for_save(bodies, optimizer))
     problems = list(dict.fromkeys(p["problem"] for p in parts if p["problem"]))
     if problems:
@@ -310,7 +294,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     if rank == 0:  # the target, and what only rank 0 writes
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _check_target(path, want, {f"model.{k}" for k in _unused(bodies)}, plan.model, overwrite)
+            check_save_target(path, want, {f"model.{k}" for k in unused_params(bodies)}, plan.model, overwrite)
             _check_loadable(trainer, "the step, extra and optimizer hyper-parameters")
             token = uuid.uuid4().hex[:12]
         except ConfigError as e:
@@ -336,7 +320,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     mine: dict[str, dict] = {}
     problem = None
     try:
-        mine = {f.name: _describe(f) for f in sorted(tmp.glob(f"__{rank}_*.distcp"))}
+        mine = {f.name: describe_file(f) for f in sorted(tmp.glob(f"__{rank}_*.distcp"))}
     except OSError as e:
         problem = f"saving checkpoint {str(path)!r} failed on rank {rank}: {e}; the previous checkpoint is intact"
     gathered: list[tuple[dict, str | None]] = _gather((mine, problem))
@@ -346,7 +330,7 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     problem = None
     if rank == 0:
         try:
-            _finish(plan, tmp, path, token, trainer, {k: v for files, _ in gathered for k, v in files.items()}, step)
+            finish_save(plan, tmp, path, token, trainer, {k: v for files, _ in gathered for k, v in files.items()}, step)
         except Exception as e:  # noqa: BLE001 (any failure must reach every rank)
             problem = (f"saving checkpoint {str(path)!r} failed on rank 0 ({type(e).__name__}: {e}); the previous "
                        f"checkpoint at that path is intact and {tmp.name} beside it holds the unfinished save "
@@ -362,8 +346,8 @@ def save(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
 
 def _expected(bodies: list[ParallelModule]) -> dict[str, tuple[int, ...]]:
     """``model.<fqn>`` -> global shape, for every parameter and buffer of the bodies on this rank."""
-    out = {f"model.{s.fqn}": s.global_shape for s in _slots(bodies) if s.copy == 0}
-    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in _whole(bodies).items()}
+    out = {f"model.{s.fqn}": s.global_shape for s in all_slots(bodies) if s.copy == 0}
+    out |= {f"model.{fqn}": tuple(b.shape) for fqn, b in whole_tensors(bodies).items()}
     return out
 
 
@@ -372,13 +356,13 @@ def _expected_everywhere(bodies: list[ParallelModule]) -> tuple[dict[str, tuple[
     and the most copies of one FQN any rank holds (the number of ``dcp.load`` calls); collective."""
     want: dict[str, tuple[int, ...]] = {}
     copies = 1
-    for part, n in _gather((_expected(bodies), 1 + max((s.copy for s in _slots(bodies)), default=0))):
+    for part, n in _gather((_expected(bodies), 1 + max((s.copy for s in all_slots(bodies)), default=0))):
         want |= part
         copies = max(copies, n)
     return want, copies
 
 
-def _prepare_optimizer_state(slot_of: dict[int, _Slot], optimizer: torch.optim.Optimizer, md) -> None:
+def _prepare_optimizer_state(slot_of: dict[int, Slot], optimizer: torch.optim.Optimizer, md) -> None:
     """Create the optimizer state entries the checkpoint holds and the optimizer lacks: zeros in
     the parameter's layout (elementwise) or scalars, of the saved dtype; DCP fills them."""
     saved = md.state_dict_metadata
@@ -395,7 +379,7 @@ def _prepare_optimizer_state(slot_of: dict[int, _Slot], optimizer: torch.optim.O
                 continue
             if tuple(tmd.size) == s.global_shape:
                 have = st.get(name)
-                if not (isinstance(have, torch.Tensor) and _is_elementwise(p, have)):
+                if not (isinstance(have, torch.Tensor) and is_elementwise(p, have)):
                     st[name] = torch.zeros_like(p.detach(), dtype=tmd.properties.dtype)
             elif len(tmd.size) == 0:
                 if not isinstance(st.get(name), torch.Tensor):
@@ -407,15 +391,15 @@ def _prepare_optimizer_state(slot_of: dict[int, _Slot], optimizer: torch.optim.O
 
 
 def _state_to_load(bodies: list[ParallelModule], optimizer: torch.optim.Optimizer | None,
-                   slot_of: dict[int, _Slot], md, copy: int) -> dict[str, torch.Tensor]:
+                   slot_of: dict[int, Slot], md, copy: int) -> dict[str, torch.Tensor]:
     """DCP's state dict of every slot number ``copy`` on this rank (and, for copy 0, the whole
     tensors the checkpoint holds); may be empty (this rank holds fewer copies than another)."""
     state: dict[str, torch.Tensor] = {}
-    for s in _slots(bodies):
+    for s in all_slots(bodies):
         if s.copy == copy:
-            state[f"model.{s.fqn}"] = _view(s, s.param)
+            state[f"model.{s.fqn}"] = slot_view(s, s.param)
     if copy == 0:
-        for fqn, b in _whole(bodies).items():
+        for fqn, b in whole_tensors(bodies).items():
             if f"model.{fqn}" in md.state_dict_metadata:  # (a parameter no layer reads may be absent)
                 state[f"model.{fqn}"] = b
     if optimizer is None:
@@ -428,7 +412,7 @@ def _state_to_load(bodies: list[ParallelModule], optimizer: torch.optim.Optimize
             key = f"optim.{s.fqn}.{name}"
             if key not in saved or not isinstance(v, torch.Tensor):
                 continue
-            state[key] = _view(s, v) if _is_elementwise(s.param, v) else v
+            state[key] = slot_view(s, v) if is_elementwise(s.param, v) else v
     return state
 
 
@@ -443,11 +427,11 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     sha256 (the ranks split the reading); sizes are always checked. Raises ``ConfigError`` on
     every rank, with the module untouched, if the checkpoint is incomplete, damaged or for other
     parameters."""
-    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
+    bodies, plan = bodies_of(pm), cast("ParallelPlan", pm.plan)
     rank, world = dist.get_rank(), dist.get_world_size()
-    where = _resolve(Path(path).absolute())
+    where = resolve_checkpoint(Path(path).absolute())
     want, copies = _expected_everywhere(bodies)
-    optional = {f"model.{k}" for k in _unused(bodies)}  # the same on every rank
+    optional = {f"model.{k}" for k in unused_params(bodies)}  # the same on every rank
     # read below; past _agree() every rank read them
     manifest: Any
     md: Any
@@ -455,11 +439,11 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
     problem, manifest, md, trainer, slot_of = None, None, None, None, {}
     try:
         # what every rank reads before the ranks agree, it checks itself first
-        manifest = verify(where, checksums=checksums, share=(rank, world), always=(_DCP_METADATA, TRAINER))
+        manifest = verify(where, checksums=checksums, share=(rank, world), always=(DCP_METADATA, TRAINER))
         md = read_dcp_metadata(where)
-        _check_metadata(want, where, md, optional)
+        check_metadata(want, where, md, optional)
         trainer = torch.load(where / TRAINER, weights_only=True)
-        slot_of = _optimizer_slots(bodies, optimizer)
+        slot_of = optimizer_slots(bodies, optimizer)
     except ConfigError as e:
         problem = str(e)
     except Exception as e:  # noqa: BLE001 (an unreadable file must not leave the other ranks waiting)
@@ -467,7 +451,7 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
                    "the checkpoint is damaged: load an earlier one")
     _agree(problem)
 
-    _reshard_fsdp(bodies)
+    reshard_fsdp(bodies)
     if optimizer is not None:
         problem = None
         try:
@@ -475,22 +459,22 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
         except ConfigError as e:
             problem = str(e)
         _agree(problem)
-    reader = _Reader(where)
+    reader = SafeReader(where)
     try:
         for c in range(copies):  # every rank as many calls as the rank with the most copies
             dcp.load(_state_to_load(bodies, optimizer, slot_of, md, c), storage_reader=reader)
     except dcp.CheckpointException as e:  # raised on every rank
         raise ConfigError(f"loading checkpoint {str(where)!r} failed while reading the shards ({_failure(e)}); "
                           "the module may be partly loaded: load it again, or an earlier checkpoint") from None
-    _copy_whole(bodies)
+    copy_whole(bodies)
     lacking = sorted(k[6:] for k in optional - set(md.state_dict_metadata))
     if lacking and rank == 0:
         log.warning("checkpoint %s holds no value for %s, which no layer reads (a save of an earlier galvatron_fx "
-                    "left them out): they keep the module's values", where, _names(lacking))
+                    "left them out): they keep the module's values", where, some_names(lacking))
 
     if optimizer is not None:
         _restore_hyper(optimizer, slot_of, trainer.get("param_groups", []))
-        by_fqn: dict[str, list[_Slot]] = {}
+        by_fqn: dict[str, list[Slot]] = {}
         for s in slot_of.values():
             by_fqn.setdefault(s.fqn, []).append(s)
         for key, v in trainer.get("optim_values", {}).items():  # non-tensor state, every copy
@@ -507,7 +491,7 @@ def load(pm: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.
                             world_size=manifest["world_size"], plan_hash=manifest["plan_hash"], resharded=resharded)
 
 
-def _restore_hyper(optimizer: torch.optim.Optimizer, slot_of: dict[int, _Slot], saved: list[dict]) -> None:
+def _restore_hyper(optimizer: torch.optim.Optimizer, slot_of: dict[int, Slot], saved: list[dict]) -> None:
     """Hyper-parameters (lr, betas, ...) of the saved group holding the same FQNs as each current
     group; where the groups were cut otherwise (saved by pipeline stages, loaded without, or the
     reverse), of the saved groups covering its FQNs when they all agree. Other groups keep theirs
@@ -558,22 +542,22 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
     ``strict``; shape mismatches always. Returns ``(missing_keys, unexpected_keys)`` like
     ``nn.Module.load_state_dict``.
     """
-    bodies, plan = _bodies(pm), cast("ParallelPlan", pm.plan)
-    slots: dict[str, list[_Slot]] = {}
-    for s in _slots(bodies):
+    bodies, plan = bodies_of(pm), cast("ParallelPlan", pm.plan)
+    slots: dict[str, list[Slot]] = {}
+    for s in all_slots(bodies):
         slots.setdefault(s.fqn, []).append(s)
     shapes = {fqn: ss[0].global_shape for fqn, ss in slots.items()}  # of every parameter of the model
     if plan.pp > 1:
         for part in _gather(shapes):
             shapes |= part
-    unused = _unused(bodies)  # every body (every stage) holds them all
+    unused = unused_params(bodies)  # every body (every stage) holds them all
     names: dict[str, str] = {fqn: fqn for fqn in shapes}  # any name of a parameter -> its FQN
     for info in bodies[0].mg.params.values():
         if info.name in shapes:
             names.update({alias: info.name for alias in info.aliases})
     names.update({fqn: fqn for fqn in unused} | bodies[0]._unused_aliases)
     shapes |= {fqn: tuple(t.shape) for fqn, t in unused.items()}
-    buffers = _buffers(bodies)
+    buffers = buffers_of(bodies)
 
     given: dict[str, list[str]] = {}
     for k in state:
@@ -599,13 +583,13 @@ def load_full_state_dict(pm: nn.Module, state: dict[str, torch.Tensor], strict: 
         raise ConfigError(f"cannot load the state dict: {'; '.join(problems[:6])}"
                           f"{' ...' if len(problems) > 6 else ''}; load weights of the same model configuration")
     if strict and (missing or unexpected):
-        raise ConfigError(f"the state dict does not match the module: missing {_names(missing)}, unexpected "
-                          f"{_names(unexpected)}; pass the full model's state_dict() (its FQNs), or strict=False "
+        raise ConfigError(f"the state dict does not match the module: missing {some_names(missing)}, unexpected "
+                          f"{some_names(unexpected)}; pass the full model's state_dict() (its FQNs), or strict=False "
                           "to load the matching keys only")
-    _reshard_fsdp(bodies)
+    reshard_fsdp(bodies)
     for fqn, keys in given.items():
         for s in slots.get(fqn, []):  # this rank's copies
-            _set_full(s, s.param, state[keys[0]])
+            set_full(s, s.param, state[keys[0]])
         if fqn in unused:
             for body in bodies:
                 body._unused_full[fqn].copy_(state[keys[0]])
