@@ -11,14 +11,14 @@ import pytest
 
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.runtime import checkpoint as ck
-from galvatron_fx.runtime import checkpoint_files as ckf
+from galvatron_fx.runtime.checkpoint import files as ckf
 
 
 def _checkpoint(root, files: dict[str, dict]):
     d = root / "ck"
     d.mkdir()
     (d / "plan.json").write_text("{}")
-    files = {"plan.json": ckf._describe(d / "plan.json")} | files
+    files = {"plan.json": ckf.describe_file(d / "plan.json")} | files
     (d / ck.MANIFEST).write_text(json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "files": files}))
     return d
 
@@ -31,7 +31,7 @@ def test_a_plain_checkpoint_verifies(tmp_path):
                                   "a\\b", "nul\0byte"])
 def test_names_that_reach_outside_are_refused(tmp_path, name):
     (tmp_path / "secret").write_text("not part of the checkpoint")
-    d = _checkpoint(tmp_path, {name: ckf._describe(tmp_path / "secret")})
+    d = _checkpoint(tmp_path, {name: ckf.describe_file(tmp_path / "secret")})
     with pytest.raises(ConfigError, match="not a plain file name"):
         ck.verify(d)
 
@@ -44,7 +44,7 @@ def test_a_device_or_link_is_refused_at_once(tmp_path):
     (tmp_path / "outside").write_text("x")
     os.symlink(tmp_path / "outside", d / "link")
     manifest = json.loads((d / ck.MANIFEST).read_text())
-    for name, want in (("zero", {"bytes": 0, "sha256": "0" * 64}), ("link", ckf._describe(tmp_path / "outside"))):
+    for name, want in (("zero", {"bytes": 0, "sha256": "0" * 64}), ("link", ckf.describe_file(tmp_path / "outside"))):
         (d / ck.MANIFEST).write_text(json.dumps(manifest | {"files": manifest["files"] | {name: want}}))
         t0 = time.perf_counter()
         with pytest.raises(ConfigError, match="link or not a regular file"):
@@ -139,28 +139,28 @@ def test_a_save_target_holding_another_models_checkpoint_is_refused(tmp_path):
     d = _saved(tmp_path, "ck", "gpt-tiny", {"model.w": torch.zeros(4, 3), "model.b": torch.zeros(3),
                                             "optim.w.exp_avg": torch.zeros(4, 3)})
     same = {"model.w": (4, 3), "model.b": (3,)}
-    ckf._check_target(d, same, set(), "gpt-tiny under another plan", False)  # the same model: replaced
-    ckf._check_target(d, same | {"model.unused": (2,)}, {"model.unused"}, "x", False)  # saved before unused were
+    ckf.check_save_target(d, same, set(), "gpt-tiny under another plan", False)  # the same model: replaced
+    ckf.check_save_target(d, same | {"model.unused": (2,)}, {"model.unused"}, "x", False)  # saved before unused were
     for want, detail in (({"model.w": (4, 3), "model.b": (3,), "model.v": (1,)},
                           "this model has v, which that checkpoint lacks"),
                          ({"model.w": (4, 3)}, "that checkpoint has b, which this model lacks"),
                          ({"model.w": (4, 4), "model.b": (3,)}, "other shapes: w (4, 3) there, (4, 4) here")):
         with pytest.raises(ConfigError) as e:
-            ckf._check_target(d, want, set(), "llama-tiny", False)
+            ckf.check_save_target(d, want, set(), "llama-tiny", False)
         msg = str(e.value)
         assert "refusing to replace" in msg and "'gpt-tiny' (step 7)" in msg and "'llama-tiny'" in msg, msg
         assert detail in msg and "overwrite=True" in msg, msg
-        ckf._check_target(d, want, set(), "llama-tiny", True)
+        ckf.check_save_target(d, want, set(), "llama-tiny", True)
     # after a crash between a save's two renames: the previous checkpoint beside the path counts
     os.rename(d, tmp_path / ".ck.old-0123")
     with pytest.raises(ConfigError, match="another model, 'gpt-tiny'"):
-        ckf._check_target(d, {"model.v": (1,)}, set(), "llama-tiny", False)
-    ckf._check_target(d, same, set(), "gpt-tiny", False)
+        ckf.check_save_target(d, {"model.v": (1,)}, set(), "llama-tiny", False)
+    ckf.check_save_target(d, same, set(), "gpt-tiny", False)
     # an unreadable checkpoint may be anyone's; a directory that is no checkpoint is never replaced
     (tmp_path / ".ck.old-0123" / ".metadata").write_bytes(b"garbage")
     with pytest.raises(ConfigError, match="cannot be read"):
-        ckf._check_target(d, same, set(), "gpt-tiny", False)
+        ckf.check_save_target(d, same, set(), "gpt-tiny", False)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "notes.txt").write_text("user data")
     with pytest.raises(ConfigError, match="not a galvatron_fx checkpoint"):
-        ckf._check_target(tmp_path / "data", same, set(), "gpt-tiny", True)
+        ckf.check_save_target(tmp_path / "data", same, set(), "gpt-tiny", True)
