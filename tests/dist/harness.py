@@ -82,12 +82,15 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
 
     A rank killed by a signal (not a Python exception: those are recorded per case by
     :func:`run_jobs`) once every rank had written its results died on its way out: the results
-    stand, with a warning. One killed earlier gets the whole spawn run once more, with a warning:
-    on a loaded 2-core machine a gloo rank has rarely aborted in C++ ("terminate called without an active
-    exception") in runs that pass on retry. A crash that repeats still fails."""
+    stand, with a warning. One killed earlier gets the whole spawn run again, with a warning, up to
+    three runs in all: on a loaded 2-core machine a gloo rank aborts in C++ now and then (SIGABRT
+    while the main thread waits on a collective; seen in the longest worlds, test_hf_models' and
+    test_hf_families' world 2, twice in a row once) in runs that pass when run again. A crash in
+    every run still fails."""
     files = [tmp / f"rank{r}.json" for r in range(world)]
     os.environ[FAULT_DIR_ENV] = str(tmp)  # (the ranks inherit it)
-    for attempt in (1, 2):
+    attempts = 3
+    for attempt in range(1, attempts + 1):
         for f in files:
             f.unlink(missing_ok=True)
         try:
@@ -101,9 +104,9 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
                 warnings.warn(f"a spawned rank died by a signal after every rank recorded its results ({e}){where}",
                               stacklevel=2)
                 break
-            if attempt == 2:
+            if attempt == attempts:
                 raise AssertionError(f"{e}{where}") from e
-            warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn once more{where}", stacklevel=2)
+            warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn again ({attempt + 1} of {attempts}){where}", stacklevel=2)
     return {r: json.loads(f.read_text()) for r, f in enumerate(files)}
 
 

@@ -217,8 +217,8 @@ def _buffers_case(tmp: Path, cache: dict) -> dict:
             for b in body._buffers_full.values():
                 b.zero_()
         other.load(tmp / "ck_llama", other_opt)
-        out[f"{name}bodies_of"] = len(bodies)
-        out[f"{name}buffers_of"] = sorted(orig)
+        out[f"{name}_bodies"] = len(bodies)
+        out[f"{name}_buffers"] = sorted(orig)
         out[f"{name}_buffer_err"] = max((b - orig[k]).abs().max().item() for body in bodies
                                         for k, b in body._buffers_full.items())
         out[f"{name}_digest"] = _digest(other, other_opt)
