@@ -214,8 +214,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
     import torch
 
-    from galvatron_fx.api import _resized
     from galvatron_fx.api import compile as gfx_compile
+    from galvatron_fx.build import _resized
     from galvatron_fx.cli.train_recipe import format_line, init_from_hf, lr_at, param_groups, tensorboard_writer
     from galvatron_fx.ir.plan import ParallelPlan
     from galvatron_fx.ir.strategy import Precision

@@ -80,7 +80,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 
-from galvatron_fx.api import plan_on_rank0
+from galvatron_fx.build import plan_on_rank0
 from galvatron_fx.cluster import Cluster
 from galvatron_fx.errors import CaptureError, ConfigError, PlanError
 from galvatron_fx.frontend.dynamo_graph import (
@@ -400,7 +400,7 @@ class _Parallel:
         return self.pm.forward_all(*inputs)  # the loss, and the other outputs gathered whole
 
     def _build(self, args) -> None:
-        from galvatron_fx.api import check_same_plan
+        from galvatron_fx.build import check_same_plan
         from galvatron_fx.frontend.capture import capture
         from galvatron_fx.runtime.parallel_module import ParallelModule
 

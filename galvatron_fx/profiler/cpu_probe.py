@@ -61,7 +61,7 @@ REFERENCE_FLOPS, REFERENCE_BYTES_S = 20e9, 10e9  # the fits' reference peaks (an
 def _quiet_compile(*args, **kwargs):
     """``galvatron_fx.compile`` without its line on stderr (the probe's compiles are not the user's)."""
     import galvatron_fx as gfx
-    from galvatron_fx.api import quiet
+    from galvatron_fx.build import quiet
 
     with quiet():
         return gfx.compile(*args, **kwargs)

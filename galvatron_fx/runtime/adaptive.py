@@ -1,79 +1,34 @@
-"""Plans that adapt while training: observe, refit, re-plan and switch in place.
+"""The running module's side of the closed loop: observation, and state moved between plans in memory.
 
 Contract: :class:`AdaptiveMixin` is a base of the parallel modules. ``pm.observe(steps)`` arms
-the next ``steps`` ``train_step`` calls (:mod:`galvatron_fx.runtime.observe`);
-``pm.observations()`` gathers them (collective); ``pm.refit(obs)`` refits the cost model the plan
-was priced by (:func:`galvatron_fx.refit`); ``pm.replan(optimizer, ...)``
-searches again — with the refitted model, and/or for another sequence length or global batch —
-on rank 0, and when the new plan is predicted faster by more than ``threshold`` (or the shape
-changed) switches ``pm`` to it **in place**: the same Python object then runs the new plan (a
-pipelined one or not), and ``optimizer`` (the user's, any ``torch.optim`` optimizer built over
-``pm.parameters()``) holds the new parameters with its state carried over. Every rank calls
-these with the same arguments and reaches the same decision (rank 0's, broadcast).
-
-State moves in memory, as the resharding checkpoints move it through files: each parameter's full
-tensor (``pm.state_dict()``: gathered over its mesh, and over the pipeline from the stage that
-holds it) is sliced into the new layout (``load_full_state_dict``); each elementwise optimizer
-state (Adam's moments) likewise, parameter by parameter (a tensor of one parameter's full size
-at a time), and scalar state (``step``) is copied. The loss curve continues as if the plan had
-not changed (fp32: equal to an uninterrupted run within float rounding of the sums' order).
-
-``compile(..., adapt=True)`` installs :meth:`AdaptiveMixin.adapt_after`: after ``warmup`` steps it
-observes ``steps`` more, refits, re-plans once and logs what changed and why; after a switch it
-measures the new plan over ``steps`` steps (after two of warm-up) and switches back when it runs
-slower than the old one did by more than ``threshold`` — a prediction the run refutes is undone.
+the next ``steps`` ``train_step`` calls and ``pm.observations()`` gathers them (collective;
+:mod:`galvatron_fx.runtime.observe`). ``pm.refit``, ``pm.replan``, ``pm.switch_to`` and
+``pm.adapt_after`` are the session's (:class:`galvatron_fx.adapt.ClosedLoop`, which
+``galvatron_fx.compile`` hands the module as ``closed_loop``): the runtime imports nothing above
+it. :func:`move_state` moves parameters, buffers and an optimizer's state from one module into
+another built for another plan, in memory and collectively; :func:`resized_to` makes example
+inputs for another sequence length.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from galvatron_fx.errors import ConfigError
-
 if TYPE_CHECKING:
     from galvatron_fx.ir.graph import ModelGraph
     from galvatron_fx.ir.plan import ParallelPlan
 
-log = logging.getLogger(__name__)
-
-__all__ = ["AdaptiveMixin", "Replan"]
-
-DEFAULT_THRESHOLD = 0.05
-
-
-@dataclass(frozen=True)
-class Replan:
-    """What :meth:`AdaptiveMixin.replan` decided: the plans, their predicted step times (the
-    current one under the model the search used), whether it switched, and why."""
-
-    switched: bool
-    old_plan: Any
-    new_plan: Any
-    old_predicted_s: float
-    new_predicted_s: float
-    reason: str
-
-    def lines(self) -> list[str]:
-        def desc(p) -> str:
-            return p.explain().splitlines()[0].removeprefix("plan for ")
-
-        out = [f"current plan: {desc(self.old_plan)}; predicted {self.old_predicted_s * 1e3:.1f} ms per step"]
-        if self.new_plan is not None and self.new_plan.plan_hash() != self.old_plan.plan_hash():
-            out.append(f"searched plan: {desc(self.new_plan)}; predicted {self.new_predicted_s * 1e3:.1f} ms per step")
-        out.append(("switched: " if self.switched else "kept: ") + self.reason)
-        return out
+__all__ = ["AdaptiveMixin", "move_state", "resized_to"]
 
 
 class AdaptiveMixin:
-    """The closed loop on a parallel module (see module doc)."""
+    """Observation, and the session's closed loop reached from the module (see module doc)."""
+
+    closed_loop: Any = None  # the galvatron_fx.adapt.ClosedLoop compile made for this module
 
     if TYPE_CHECKING:  # set by the parallel module
         plan: ParallelPlan
@@ -94,181 +49,39 @@ class AdaptiveMixin:
 
         return finish(self, links)
 
+    def _loop(self, what: str):
+        if self.closed_loop is None:
+            raise RuntimeError(f"{what}() needs the module galvatron_fx.compile() built (its session keeps the model "
+                               "and the arguments to build the new plan's module from)")
+        return self.closed_loop
+
     def base_cost_model(self):
-        """The cost model the plan was priced by: the one given to ``compile`` or the planner's
-        default on the plan's cluster and precision."""
-        args = self.__dict__.get("_compile_args") or {}
-        if args.get("cost_model") is not None:
-            return args["cost_model"]
-        from galvatron_fx.cost_models import AnalyticCostModel
-        from galvatron_fx.ir.strategy import Precision
-
-        return AnalyticCostModel(self._cluster(), precision=Precision.named(self.plan.precision))
-
-    def _cluster(self):
-        from galvatron_fx.cluster import Cluster
-
-        args = self.__dict__.get("_compile_args") or {}
-        if args.get("cluster") is not None:
-            return args["cluster"]
-        if not self.plan.cluster:
-            raise RuntimeError("this plan names no cluster: compile it with galvatron_fx.compile to re-plan")
-        return Cluster.from_dict(self.plan.cluster)
+        """The cost model the plan was priced by (:meth:`galvatron_fx.adapt.ClosedLoop.base_cost_model`)."""
+        return self._loop("base_cost_model").base_cost_model()
 
     def refit(self, observations=None, *, fit=None):
-        """A :class:`~galvatron_fx.cost_models.refit.Refit` of the plan's cost model from
-        ``observations`` (default: :meth:`observations`, collective); ``fit``: which factors
-        (default all of :data:`~galvatron_fx.cost_models.refit.FITS`)."""
-        import galvatron_fx as gfx
-        from galvatron_fx.cost_models.refit import FITS
+        """:meth:`galvatron_fx.adapt.ClosedLoop.refit`: the plan's cost model refitted from
+        ``observations`` (default: :meth:`observations`, collective)."""
+        return self._loop("refit").refit(observations, fit=fit)
 
-        obs = observations if observations is not None else self.observations()
-        return gfx.refit(self.plan, obs, mg=self.mg, cost_model=self.base_cost_model(), fit=tuple(fit or FITS))
+    def replan(self, optimizer: torch.optim.Optimizer | None = None, **kw):
+        """:meth:`galvatron_fx.adapt.ClosedLoop.replan`: search again and switch to the new plan
+        when it pays; this object then runs it. Returns a :class:`galvatron_fx.adapt.Replan`."""
+        return self._loop("replan").replan(optimizer, **kw)
 
-    def replan(self, optimizer: torch.optim.Optimizer | None = None, *, refit=None, seq_len: int | None = None,
-               global_batch_size: int | None = None, example_inputs=None, threshold: float = DEFAULT_THRESHOLD,
-               force: bool = False, memory_budget: int | None = None, search=None) -> Replan:
-        """Search again and switch to the new plan in place when it pays (see module doc).
+    def switch_to(self, plan, optimizer: torch.optim.Optimizer | None = None, **kw) -> None:
+        """:meth:`galvatron_fx.adapt.ClosedLoop.switch_to`: run ``plan`` from now on (collective)."""
+        self._loop("switch_to").switch_to(plan, optimizer, **kw)
 
-        ``refit``: a :class:`~galvatron_fx.cost_models.refit.Refit` whose model the search uses
-        (default: the plan's own model); ``seq_len`` / ``global_batch_size`` / ``example_inputs``:
-        plan for another shape (progressive context, another batch) — always switches;
-        ``threshold``: the least predicted gain (a fraction of the step) worth a switch;
-        ``force``: switch to the searched plan whatever it gains; ``memory_budget`` (default the
-        running plan's) and ``search`` (default ``compile``'s) bound the search. Returns a
-        :class:`Replan`."""
-        import galvatron_fx as gfx
-        from galvatron_fx.api import plan_on_rank0
+    def adapt_after(self, warmup: int = 3, steps: int = 5, threshold: float = 0.05) -> None:
+        """:meth:`galvatron_fx.adapt.ClosedLoop.adapt_after`: observe, refit and re-plan once after
+        ``warmup`` steps."""
+        self._loop("adapt_after").adapt_after(warmup, steps, threshold)
 
-        args = self.__dict__.get("_compile_args")
-        if args is None:
-            raise RuntimeError("replan() needs the module galvatron_fx.compile() built (it keeps the model and the "
-                               "arguments to build the new plan's module from)")
-        model = args["model"]
-        for name, v in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 2**30):
-                raise ConfigError(f"replan({name}={v!r}): give a whole number >= 1 (the new {name.replace('_', ' ')})")
-        cm = refit.cost_model if refit is not None else self.base_cost_model()
-        overhead = refit.overhead_s if refit is not None else 0.0
-        reshaped = seq_len is not None or global_batch_size is not None or example_inputs is not None
-        ex_args, ex_kwargs = args["example_inputs"], args["example_kwargs"]
-        if example_inputs is not None:
-            ex_args, ex_kwargs = (tuple(example_inputs), {}) if not isinstance(example_inputs, dict) \
-                else ((), dict(example_inputs))
-        elif seq_len is not None:
-            ex_args, ex_kwargs = resized_to(ex_args, ex_kwargs, seq_len, dim=1)
-        gbs = global_batch_size or self.global_batch_size
-        old = self.plan
-        budget = memory_budget if memory_budget is not None else \
-            (old.predicted.memory_budget_bytes or args["memory_budget"])  # (a hand-made plan records none)
-        space = search if search is not None else args["search"]
-
-        def run_search():
-            # the running graph when the shape stays (its kinds are the ones the refit measured)
-            mg0 = gfx.capture(model, ex_args, args["loss_fn"], example_kwargs=ex_kwargs) if reshaped else self.mg
-            return gfx.plan(mg0, self._cluster(), global_batch_size=gbs, memory_budget=budget, search=space, precision=old.precision, cost_model=cm, progress=False,
-                            name=old.model)
-
-        new = plan_on_rank0(run_search)
-        box: list[Any] = [None]
-        if dist.get_rank() == 0:
-            if reshaped:
-                cur_s, decision = float("nan"), (True, "the shape changed: the new shape's plan runs")
-            else:
-                cur_s = gfx.price_plan(old, self.mg, cm).predicted.step_time_s + overhead
-                new_s = new.predicted.step_time_s + overhead
-                if new.plan_hash() == old.plan_hash():
-                    decision = (False, "the search chose the running plan again")
-                elif force or new_s < cur_s * (1 - threshold):
-                    decision = (True, f"predicted {cur_s / new_s:.2f}× faster" + (" (forced)" if force else ""))
-                else:
-                    decision = (False, f"predicted {cur_s / max(new_s, 1e-12):.3f}× faster, under the "
-                                       f"{1 / (1 - threshold):.3f}× a switch needs")
-            box = [(cur_s, decision)]
-        dist.broadcast_object_list(box, src=0)
-        cur_s, (switch, reason) = box[0]
-        result = Replan(switched=switch, old_plan=old, new_plan=new, old_predicted_s=cur_s,
-                        new_predicted_s=new.predicted.step_time_s + overhead, reason=reason)
-        if switch:
-            self.switch_to(new, optimizer, example_inputs=ex_args, example_kwargs=ex_kwargs)
-        return result
-
-    def switch_to(self, plan, optimizer: torch.optim.Optimizer | None = None, *, example_inputs=None,
-                  example_kwargs=None) -> None:
-        """Run ``plan`` from now on, in place: build its module from the model ``compile`` was
-        given, move the parameters, buffers and ``optimizer``'s state into it in memory, and make
-        this object that module (collective)."""
-        from galvatron_fx.api import _compile
-
-        args = self.__dict__["_compile_args"]
-        ex_args = args["example_inputs"] if example_inputs is None else example_inputs
-        ex_kwargs = args["example_kwargs"] if example_kwargs is None else example_kwargs
-        new = _compile(args["model"], args["cluster"] or self._cluster(), ex_args, ex_kwargs, args["loss_fn"],
-                       plan.global_batch_size, plan.predicted.memory_budget_bytes or args["memory_budget"], plan,
-                       args["search"])
-        move_state(cast(nn.Module, self), new, optimizer)
-        new.set_inputs(args.get("inputs", "global"))
-        new.__dict__["_compile_args"] = {**args, "example_inputs": ex_args, "example_kwargs": ex_kwargs}
-        ref = self.__dict__.get("_user_model_ref")
-        self.__class__ = new.__class__
-        self.__dict__ = new.__dict__
-        if ref is not None:
-            self.__dict__["_user_model_ref"] = ref
-
-    def adapt_after(self, warmup: int = 3, steps: int = 5, threshold: float = DEFAULT_THRESHOLD) -> None:
-        """After ``warmup`` more training steps, observe ``steps`` steps, refit, re-plan once and
-        log (rank 0: stderr) what changed and why; a switch is measured and undone when the new
-        plan runs slower (``compile(adapt=True)`` calls this; see module doc)."""
-        from galvatron_fx.runtime.observe import recorder
-
-        pm = self
-        state = {"left": warmup, "phase": "warmup"}
-
-        def say(lines: list[str]) -> None:
-            if dist.get_rank() == 0:
-                text = "\n".join(lines)
-                log.info(text)
-                print(text, file=sys.stderr)
-
-        def after(optimizer):
-            rec = recorder(pm)  # (a switch makes pm another module: its own recorder)
-            if state["phase"] == "warmup":
-                state["left"] -= 1
-                if state["left"] <= 0:
-                    state["phase"] = "observe"
-                    rec.arm(steps)
-            elif state["phase"] == "observe" and not rec.armed:
-                rec.after_step = None
-                obs = pm.observations()
-                fit = pm.refit(obs)
-                result = pm.replan(optimizer, refit=fit, threshold=threshold)
-                pm.__dict__["adapt_report"] = (fit, result)
-                say(["galvatron_fx: refitted the cost model from the run:"]
-                    + [f"  {x}" for x in fit.lines()] + [f"  {x}" for x in result.lines()])
-                if result.switched:  # measure the new plan: keep it only if it is faster
-                    state.update(phase="verify", old=result.old_plan, old_s=obs.step_s, left=2)
-                    recorder(pm).after_step = after
-            elif state["phase"] == "verify":
-                if state["left"] > 0:  # the new module's first steps warm up
-                    state["left"] -= 1
-                    if state["left"] == 0:
-                        rec.arm(steps, memory=False)
-                elif not rec.armed:
-                    rec.after_step = None
-                    new_s = pm.observations(links=False).step_s
-                    fit, result = pm.__dict__["adapt_report"]
-                    if new_s > state["old_s"] * (1 + threshold):
-                        pm.switch_to(state["old"], optimizer)
-                        pm.__dict__["adapt_report"] = (fit, dataclasses.replace(
-                            result, switched=False, reason=f"switched back: the new plan measured {new_s * 1e3:.1f} ms "
-                                                           f"per step against {state['old_s'] * 1e3:.1f} ms"))
-                        say([f"galvatron_fx: the new plan measured {new_s * 1e3:.1f} ms per step, the old one "
-                             f"{state['old_s'] * 1e3:.1f} ms: switched back"])
-                    else:
-                        say([f"galvatron_fx: the new plan measured {new_s * 1e3:.1f} ms per step, the old one "
-                             f"{state['old_s'] * 1e3:.1f} ms: kept"])
-
-        recorder(pm).after_step = after
+    @property
+    def adapt_report(self):
+        """``(refit, Replan)`` of the last automatic re-plan (``compile(adapt=True)``), or None."""
+        return self.closed_loop.report if self.closed_loop is not None else None
 
 
 def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

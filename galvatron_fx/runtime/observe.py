@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from galvatron_fx.runtime.hooks import Hooks
+
 __all__ = ["LINK_PROBE_BYTES", "Observations", "finish", "probe_links", "start"]
 
 LINK_PROBE_BYTES = (1 << 16, 1 << 22)
@@ -126,29 +128,21 @@ def _tensors(outs) -> list[torch.Tensor]:
 
 
 class _Recorder:
-    """The instruments of one module (see the module doc). Installed once as the module's
-    ``train_step`` (which then calls the class's); armed for a number of steps, it also wraps the
-    layer calls and the gradient sync while they run. ``after_step(optimizer)``, when set, runs
-    after every step (``compile(adapt=True)``'s warm-up, observation and re-plan)."""
+    """The instruments of one module (see the module doc), on the module's hook lists
+    (:class:`~galvatron_fx.runtime.hooks.Hooks`): a step hook from the first use on; while armed
+    for a number of steps, a layer-call hook and a sync hook too."""
 
     def __init__(self, pm):
-        from galvatron_fx.runtime.checkpoint.slots import bodies_of
-        from galvatron_fx.runtime.parallel_module import ParallelModule
-
         self.pm = pm
         self.left = 0
         self.cuda = torch.cuda.is_available() and dist.get_backend() == "nccl"
         self.tl = _Timeline(self.cuda)
         self.records: list[dict] = []
         self.peak_bytes: int | None = None
-        self.bodies = bodies_of(pm)
-        self.runs = [(body, j, run) for body in self.bodies for j, run in enumerate(body._ckpt)]
-        self.train_step = type(pm).train_step.__get__(pm)
-        self.sync = type(pm).sync_grads.__get__(pm)
-        self.can_track_memory = isinstance(pm, ParallelModule)
+        # MemTracker follows one module's layers in one micro-batch: not a pipeline's chunks
+        self.can_track_memory = pm.bodies() == [pm]
         self.memory_next = False
-        self.after_step = None
-        pm.__dict__["train_step"] = self._step
+        pm.hooks.step.append(self._step)
 
     # ---- arming ----
     def arm(self, steps: int, memory: bool = True) -> None:
@@ -157,49 +151,41 @@ class _Recorder:
         self._wrap(True)
 
     def _wrap(self, on: bool) -> None:
-        for body, j, run in self.runs:
-            body._ckpt[j] = self._timed(body.mg.layers[body.layer_ids[j]].name, run) if on else run
-        if on:
-            self.pm.__dict__["sync_grads"] = self._sync_grads
-        else:
-            self.pm.__dict__.pop("sync_grads", None)
+        hooks = self.pm.hooks
+        for hook, where in ((self._layer, hooks.layer), (self._sync, hooks.sync)):
+            if on and hook not in where:
+                where.append(hook)
+            elif not on:
+                Hooks.remove(where, hook)
 
     @property
     def armed(self) -> bool:
         return self.left > 0
 
-    def _timed(self, name: str, run):
+    def _layer(self, name: str, call, *xs):
         tl = self.tl
+        tl.mark(("fwd", name))
+        outs = call(*xs)
+        tl.mark(("loop",))
+        for t in _tensors(outs):
+            t.register_hook(lambda g, name=name: tl.mark(("bwd", name)))
+        return outs
 
-        def timed(*xs):
-            tl.mark(("fwd", name))
-            outs = run(*xs)
-            tl.mark(("loop",))
-            for t in _tensors(outs):
-                t.register_hook(lambda g, name=name: tl.mark(("bwd", name)))
-            return outs
-
-        return timed
-
-    def _sync_grads(self) -> None:
+    def _sync(self, call) -> None:
         self.tl.mark(("sync",))
-        self.sync()
+        call()
         self.tl.mark(("loop",))
 
     # ---- a step ----
-    def _step(self, batch, optimizer, **kw):
+    def _step(self, call, batch, optimizer, **kw):
         if not self.armed:
-            loss = self.train_step(batch, optimizer, **kw)
-        elif self.memory_next:  # one step for memory, not timed
+            return call(batch, optimizer, **kw)
+        if self.memory_next:  # one step for memory, not timed
             self.memory_next = False
-            loss = self._memory_step(batch, optimizer, **kw)
-        else:
-            loss = self._timed_step(batch, optimizer, **kw)
-        if self.after_step is not None:
-            self.after_step(optimizer)
-        return loss
+            return self._memory_step(call, batch, optimizer, **kw)
+        return self._timed_step(call, batch, optimizer, **kw)
 
-    def _timed_step(self, batch, optimizer, **kw):
+    def _timed_step(self, call, batch, optimizer, **kw):
         tl = self.tl
         tl.marks.clear()
         orig = optimizer.step
@@ -215,7 +201,7 @@ class _Recorder:
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats()
             tl.mark(("loop",))
-            loss = self.train_step(batch, optimizer, **kw)
+            loss = call(batch, optimizer, **kw)
             tl.mark(("end",))
         finally:
             del optimizer.step
@@ -235,10 +221,10 @@ class _Recorder:
             self._wrap(False)
         return loss
 
-    def _memory_step(self, batch, optimizer, **kw):
+    def _memory_step(self, call, batch, optimizer, **kw):
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-            loss = self.train_step(batch, optimizer, **kw)
+            loss = call(batch, optimizer, **kw)
             self.peak_bytes = torch.cuda.max_memory_allocated()
             return loss
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -249,7 +235,7 @@ class _Recorder:
             tracker.track_external(self.pm, optimizer, *[x for x in self.pm.mg.bind_inputs(batch)
                                                           if isinstance(x, torch.Tensor)])
             with tracker:
-                loss = self.train_step(batch, optimizer, **kw)
+                loss = call(batch, optimizer, **kw)
             snap = tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {})
             kinds = {str(getattr(k, "value", k)): int(v) for k, v in snap.items()}
             self.peak_bytes = kinds.get("Total") or None
@@ -260,10 +246,9 @@ class _Recorder:
 
 def recorder(pm) -> _Recorder:
     """``pm``'s recorder, installed on first use."""
-    rec = pm.__dict__.get("_recorder")
-    if rec is None or rec.pm is not pm:
-        rec = _Recorder(pm)
-        pm.__dict__["_recorder"] = rec
+    rec = pm._recorder
+    if rec is None:
+        rec = pm._recorder = _Recorder(pm)
     return rec
 
 
@@ -321,7 +306,7 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
 def finish(pm, links: bool = True) -> Observations:
     """Gather what ``pm``'s observer recorded into :class:`Observations` (collective); with
     ``links``, time the plan's groups first (:func:`probe_links`)."""
-    rec = pm.__dict__.get("_recorder")
+    rec = pm._recorder
     if rec is None or not rec.records:
         raise RuntimeError("nothing observed: call pm.observe(steps) and train those steps first")
     if rec.armed:

@@ -71,6 +71,7 @@ from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.hooks import Hooks
 from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
@@ -199,6 +200,9 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         self._meshes: dict[tuple[int, int], DeviceMesh] = dict(meshes or {})
         self.executors = nn.ModuleList()
         self._ckpt = []
+        self.hooks = Hooks()  # step, layer-call and sync hooks (a pipeline's chunks share the pipeline's)
+        self._recorder = None  # the observer, once observed (runtime/observe.py)
+        self._layer_names = [mg.layers[i].name for i in self.layer_ids]
         self.option_source: list[str] = []  # "plan" | "tp1" | "re-solved", per layer
         named = dict(model.named_buffers())
         self._buffers_full = {fqn: b.detach().clone() for fqn, b in named.items()}
@@ -279,6 +283,10 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         # what train_step takes (the plan's; the search's when compile was given an automatic batch)
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, plan.num_microbatches
         self._init_shapes(model, resolve, keep_model)  # batches of other shapes (runtime/shapes.py)
+
+    def bodies(self) -> list[ParallelModule]:
+        """The modules that hold this one's layers: itself (a pipeline's are its chunks' bodies)."""
+        return [self]
 
     # ---- meshes and options -------------------------------------------------------------------
     def mesh(self, dp: int, tp: int) -> DeviceMesh:
@@ -443,11 +451,12 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         unwrapped (:class:`LocalValue`); a lowered layer whose program counts over a user input
         whole (:mod:`~galvatron_fx.passes.fold_input_reductions`) gets it whole too."""
         batched = {n for n in self.mg.input_names if n in env and getattr(env[n], "ndim", 0) >= 1}
-        for ex, run in zip(self.executors, self._ckpt):
+        hooks = self.hooks.layer
+        for ex, run, layer_name in zip(self.executors, self._ckpt, self._layer_names):
             xs = [self._layout_input(ex, i, name, tp_p, env, batched) for i, (name, tp_p) in enumerate(ex.feeds)]
             if ex.lowered is not None and ex.lowered.whole_inputs:
                 xs += [self._whole_input(ex.feeds[i][0], env) for i in ex.lowered.whole_inputs]
-            outs = run(*xs)
+            outs = self.hooks.run_layer(layer_name, run, *xs) if hooks else run(*xs)
             if ex.lowered is not None and ex.lowered.num_writes:
                 self._store_written(ex)
             if ex.lowered is not None:
@@ -470,7 +479,13 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         rank. The ranks' batches are compared on the first step and every ``guard.check_every``
         steps, and a peer that stops answering ends the step with a ``RankFailureError``
         (:class:`~galvatron_fx.runtime.guard.StepGuard`). The short form of :meth:`forward_backward`,
-        :meth:`clip_grad_norm_` and the user's own optimizer calls."""
+        :meth:`clip_grad_norm_` and the user's own optimizer calls. ``hooks.step`` run around it."""
+        if self.hooks.step:
+            return self.hooks.run_step(self._guarded_step, batch, optimizer, max_norm=max_norm, scheduler=scheduler)
+        return self._guarded_step(batch, optimizer, max_norm=max_norm, scheduler=scheduler)
+
+    def _guarded_step(self, batch, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
+                      scheduler=None) -> float:
         batch = self.mg.bind_inputs(batch)
         with self.guard.step((batch, self.mg.input_names)):
             return self._train_step(self._global_inputs(batch), optimizer, max_norm=max_norm, scheduler=scheduler)
@@ -521,7 +536,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             (local * (scale / m)).backward()
         if not sync:
             return total.item() / m
-        self.sync_grads()
+        self.hooks.run_sync(self.sync_grads)
         if carrier is not None:
             mesh, (dp_p, _) = layout
             total = carrier.extra_sum / (mesh.size(0) if dp_p.reduce_op == "avg" else 1)

@@ -63,6 +63,7 @@ from galvatron_fx.passes.decompose_layer import requires_grad_values
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
+from galvatron_fx.runtime.hooks import Hooks
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
 from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
@@ -189,6 +190,8 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         self.chunks = nn.ModuleList()
         self.scaler = LossScaler() if plan.precision == "fp16" else None
         self.guard = StepGuard()
+        self.hooks = Hooks()  # step, layer-call and sync hooks; the chunks' bodies share them
+        self._recorder = None  # the observer, once observed (runtime/observe.py)
         device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
         self.device = device
         self._mine = mine
@@ -207,6 +210,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         for c in mine:
             body = ParallelModule(model, mg, plan, resolve=resolve, layers=chunks[c], meshes=meshes,
                                   dump_dir=None if dump_dir is None else Path(dump_dir) / f"chunk{c}", keep_model=False)
+            body.hooks = self.hooks
             last = c == len(chunks) - 1
             outs = list(mg.output_names) if last else crossing[c + 1]
             self.chunks.append(_Chunk(body, crossing[c], outs, layout, last))
@@ -215,6 +219,10 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         self.schedule = self._make_schedule(mg, m)
         self._cross_tied = self._cross_chunk_ties()
         self.global_batch_size, self.num_microbatches = plan.global_batch_size, m  # what train_step takes
+
+    def bodies(self) -> list[ParallelModule]:
+        """The :class:`ParallelModule` bodies of this rank's chunks."""
+        return [ch.body for ch in self.chunks]
 
     @property
     def program(self):
@@ -415,7 +423,13 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         (with ``optimizer=None``: gradients only, left in ``.grad``). Returns the mean loss on
         every rank. The first stage's ranks, which read the batch, compare it on the first step and
         every ``guard.check_every`` steps; a peer that stops answering ends the step with a
-        ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`)."""
+        ``RankFailureError`` (:class:`~galvatron_fx.runtime.guard.StepGuard`). ``hooks.step`` run around it."""
+        if self.hooks.step:
+            return self.hooks.run_step(self._guarded_step, batch, optimizer, max_norm=max_norm, scheduler=scheduler)
+        return self._guarded_step(batch, optimizer, max_norm=max_norm, scheduler=scheduler)
+
+    def _guarded_step(self, batch, optimizer: torch.optim.Optimizer | None, *, max_norm: float | None = None,
+                      scheduler=None) -> float:
         if self.inputs_mode != "global":  # every rank's share, gathered; the first stage reads the whole
             args = tuple(self.mg.bind_inputs(batch))
             with self.guard.step((args, self.mg.input_names)):
@@ -432,7 +446,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
     def forward_backward(self, batch) -> torch.Tensor:
         """The schedule's forward and backward and the gradient sync, the gradients left in
         ``.grad`` (see :meth:`ParallelModule.forward_backward`); the global mean loss on every rank."""
-        return torch.tensor(self.train_step(batch, None))
+        return torch.tensor(self._guarded_step(batch, None))
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
         """:meth:`ParallelModule.clip_grad_norm_` over every stage's parameters (collective)."""
@@ -452,7 +466,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         scale = self.scaler.scale if self.scaler is not None else 1.0
         if not self.syncing:  # inside no_sync(): the gradients accumulate, unsynced and scaled
             return self._mean_loss(losses) / scale
-        self.sync_grads()
+        self.hooks.run_sync(self.sync_grads)
         scale = self.scaler.scale if self.scaler is not None else 1.0
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))  # fp16: skip on overflow
         finish_step(self, optimizer, ok, max_norm, scheduler)

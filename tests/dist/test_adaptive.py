@@ -161,6 +161,9 @@ def _wrong_link(adapt: bool) -> dict:
                    old_s=r.old_predicted_s, new_s=r.new_predicted_s)
     hashes = [None] * world
     dist.all_gather_object(hashes, pm.plan.plan_hash())
+    # the loop is the session's, above the module: nothing of the module patched, the session's module is it
+    res["session_ok"] = [pm.closed_loop.module is pm, sorted({"train_step", "sync_grads"} & set(vars(pm))),
+                         [getattr(h, "__self__", None) is pm._recorder for h in pm.hooks.step]]
     (group,) = opt.state_dict()["param_groups"]
     res["names_ok"] = len(group["param_names"]) == len(group["params"]) and \
         sorted(group["param_names"]) == sorted(n for n, _ in pm.named_parameters())
@@ -324,6 +327,10 @@ def _check_wrong_link(res: dict) -> None:
         for r in res.values():
             assert r[key]["loss_err"] < LOSS_TOL, r[key]["losses"]
             assert r[key]["names_ok"], "the optimizer's param_names no longer name its parameters"
+            assert r[key]["session_ok"][0], "the session does not hold the running module"
+            assert not r[key]["session_ok"][1], "the closed loop patched the module's methods"
+            if key == "wrong_link":  # (adapt=True's hook stays while it measures the new plan: past these steps)
+                assert all(r[key]["session_ok"][2]), "a hook other than the observer's was left on the module"
 
 
 def test_a_wrong_link_is_refitted_and_the_plan_switches_in_place(world2):

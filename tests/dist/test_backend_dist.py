@@ -159,7 +159,7 @@ def _hosts_case() -> dict:
 
     import galvatron_fx as gfx
     from galvatron_fx.cluster import host
-    from galvatron_fx.api import check_hosts
+    from galvatron_fx.build import check_hosts
 
     same = check_hosts(gfx.Cluster.local_cpu(2))
     real = host.hostname

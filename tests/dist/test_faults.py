@@ -262,11 +262,11 @@ def _job_plans(tmp: str) -> dict:
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda r: seen.append(r.getMessage())
-    logging.getLogger("galvatron_fx.api").addHandler(handler)
+    logging.getLogger("galvatron_fx.build").addHandler(handler)
     try:
         out["other_cluster"] = _outcome(lambda: _compile(model, inputs, moved))
     finally:
-        logging.getLogger("galvatron_fx.api").removeHandler(handler)
+        logging.getLogger("galvatron_fx.build").removeHandler(handler)
     out["cluster_warnings"] = [m for m in seen if "cluster" in m]
     dist.barrier()  # nobody was left waiting
     return out

@@ -27,7 +27,7 @@ def _case(name: str, tmp: str) -> dict:
     import torch
 
     import galvatron_fx as gfx
-    from galvatron_fx.api import _runtime_model
+    from galvatron_fx.build import _runtime_model
     from galvatron_fx.runtime.parallel_module import ParallelModule
     from galvatron_fx.runtime.precision import LossScaler
 
@@ -90,7 +90,7 @@ def _pipeline_case() -> dict:
     import torch
 
     import galvatron_fx as gfx
-    from galvatron_fx.api import _runtime_model
+    from galvatron_fx.build import _runtime_model
     from galvatron_fx.runtime.pipeline import PipelineModule
 
     gbs, m = 8, 2

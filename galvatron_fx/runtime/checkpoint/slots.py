@@ -50,11 +50,10 @@ R = Replicate()
 def bodies_of(pm: nn.Module | Sequence[ParallelModule]) -> list[ParallelModule]:
     """The :class:`ParallelModule` bodies on this rank: ``pm`` itself, a
     :class:`~galvatron_fx.runtime.pipeline.PipelineModule`'s chunks' bodies, or a list as given."""
-    from galvatron_fx.runtime.pipeline import PipelineModule
-
-    if isinstance(pm, PipelineModule):
-        return cast("list[ParallelModule]", [ch.body for ch in pm.chunks])
-    return cast("list[ParallelModule]", list(pm) if isinstance(pm, (list, tuple)) else [pm])
+    if isinstance(pm, (list, tuple)):
+        return list(pm)
+    bodies = getattr(pm, "bodies", None)
+    return cast("list[ParallelModule]", bodies() if callable(bodies) else [pm])
 
 
 @dataclass(frozen=True)
