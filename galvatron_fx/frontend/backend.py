@@ -45,7 +45,8 @@ Algorithm (under ``torchrun``):
    model); search on rank 0 and broadcast the plan (or the error), or check the given plan on
    every rank (same world size, one micro-batch, the same plan on every rank); build the
    ``ParallelModule``.
-3. Wire every executor to read the user's parameters (:meth:`LayerExecutor.local_params`):
+3. Wire every executor to read the user's parameters (its ``param_source``, which
+   :meth:`LayerExecutor.local_params` and the op-by-op path read):
    :class:`_ReadShard` slices this rank's shard ``(Replicate, tp placement)`` of the full
    parameter — a local step — and in backward turns the executor's dp-partial local gradient into
    the full gradient on every rank (sum over dp, all-gather over tp where sharded); autograd then
@@ -253,14 +254,6 @@ class _ReadShard(torch.autograd.Function):
         return d.full_tensor(), None, None
 
 
-def _interpret_with_hook(ex, xs, params: dict | None = None):
-    """``LayerExecutor._interpret`` reading parameters through ``ex.local_params()`` (the
-    interpreter path, used by selective recompute, otherwise reads the executor's own copies)."""
-    if params is None:
-        params = dict(zip(ex.params, ex.local_params()))
-    return type(ex)._interpret(ex, xs, params)
-
-
 # ---- the compiled callables ---------------------------------------------------------------------
 
 _BUILT: list[weakref.ref] = []
@@ -436,9 +429,7 @@ class _Parallel:
     def _wire(self, ex) -> None:
         """Make ``ex`` read the user's parameters (module doc, step 3)."""
         specs = [(ex.fqn_of_key[k], ex._meta[k][0]) for k in ex.params]
-        ex.local_params = functools.partial(self._shards, ex.mesh, specs)
-        if ex.lowered is None:
-            ex._interpret = functools.partial(_interpret_with_hook, ex)
+        ex.param_source = functools.partial(self._shards, ex.mesh, specs)
         for k, p in list(ex.params.items()):  # the user's tensors are the only copy
             ex.params[k] = nn.Parameter(torch.empty(0, dtype=p.dtype, device=p.device), requires_grad=False)
 

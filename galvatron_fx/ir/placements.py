@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.errors import ConfigError
 
-__all__ = ["MAX_DIM", "P", "PLACEMENT_HELP", "R", "check_layer_placements", "parse_placement", "placement_problem",
+__all__ = ["MAX_DIM", "NodePlacement", "P", "PLACEMENT_HELP", "R", "check_layer_placements", "parse_placement", "placement_problem",
            "pstr", "split_placement"]
 
 MAX_DIM = 64  # a tensor has fewer dims than this (torch's own limit on CUDA)
@@ -81,10 +81,32 @@ def parse_placement(s: str) -> Placement:
 @dataclass(frozen=True)
 class NodePlacement:
     """One node's placements on the tp mesh axis: each tensor input's, then each output's (None:
-    an output that is not a tensor). ``str()`` writes the plan's string back."""
+    an output that is not a tensor). ``str()`` writes the plan's string back. The one placement
+    record: a plan's layers hold it parsed, the search enumerates a node's strategies as it
+    (:func:`galvatron_fx.search.node_strategies.node_strategies`), the lowering applies it."""
 
-    inputs: tuple[Placement, ...]
+    inputs: tuple[Placement | None, ...]
     outputs: tuple[Placement | None, ...]
+
+    @functools.cached_property  # (read for every edge of every ILP: once per record)
+    def partitioned(self) -> bool:
+        """Whether the work is split over the group (else every rank computes it all).
+
+        Only sharded tensors split work: an op on partial inputs (a replicated weight fed as
+        Partial, say) still does the whole computation on every rank.
+        """
+        return any(isinstance(p, Shard) for p in self.inputs + self.outputs if p is not None)
+
+    def grad_of_input(self, k: int) -> Placement | None:
+        """The placement of the gradient this node hands back for tensor input ``k``."""
+        p = self.inputs[k]
+        if p is None:
+            return None
+        if isinstance(p, Partial):
+            return R
+        if isinstance(p, Replicate) and self.partitioned:
+            return P
+        return p
 
     @staticmethod
     @functools.lru_cache(maxsize=None)

@@ -85,7 +85,7 @@ from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir import plan_report
 from galvatron_fx.ir.grad_comm import GradComm
-from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
+from galvatron_fx.ir.plan_records import Alternative, Baseline, LayerPlan, LayerPrediction, PlanPrediction, SearchStats
 from galvatron_fx.ir.plan_report import _short_value
 from galvatron_fx.ir.plan_schema import (
     _OPTIONAL_TOP_KEYS,
@@ -140,8 +140,8 @@ class ParallelPlan:
     precision: str = "fp32"
     layers: tuple[LayerPlan, ...]
     predicted: PlanPrediction
-    solver_stats: dict[str, Any] = field(default_factory=dict)
-    baseline: dict[str, Any] | None = None
+    solver_stats: SearchStats = field(default_factory=SearchStats)
+    baseline: Baseline | None = None
     notes: tuple[str, ...] = ()
     cluster: dict[str, Any] | None = None
     graph: dict[str, Any] | None = None
@@ -153,8 +153,8 @@ class ParallelPlan:
         set_(self, "stage_ranks", tuple(tuple(r) for r in self.stage_ranks))
         set_(self, "stage_devices", tuple(self.stage_devices))
         set_(self, "layers", tuple(self.layers))
-        set_(self, "solver_stats", dict(self.solver_stats))
-        set_(self, "baseline", None if self.baseline is None else dict(self.baseline))
+        set_(self, "solver_stats", SearchStats.of(self.solver_stats))  # (a dict is read as its record)
+        set_(self, "baseline", None if self.baseline is None else Baseline.of(self.baseline))
         set_(self, "notes", tuple(self.notes))
         set_(self, "cluster", None if self.cluster is None else json.loads(json.dumps(self.cluster)))
         set_(self, "graph", None if self.graph is None else json.loads(json.dumps(self.graph)))
@@ -195,8 +195,8 @@ class ParallelPlan:
             **({"stage_devices": list(self.stage_devices)} if self.stage_devices else {}),
             "precision": self.precision,
             "layers": [lp.to_dict() for lp in self.layers], "predicted": self.predicted.to_dict(),
-            "solver_stats": dict(self.solver_stats),
-            "baseline": None if self.baseline is None else dict(self.baseline),
+            "solver_stats": self.solver_stats.to_dict(),
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
             "notes": list(self.notes),
             **({} if self.cluster is None else {"cluster": json.loads(json.dumps(self.cluster))}),
             **({} if self.graph is None else {"graph": json.loads(json.dumps(self.graph))}),

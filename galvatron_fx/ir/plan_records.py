@@ -19,13 +19,111 @@ Units
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from galvatron_fx.ir.graph import LayerRole
 from galvatron_fx.ir.placements import NodePlacement
 from galvatron_fx.ir.strategy import LayerStrategy
 
-__all__ = ["Alternative", "LayerPlan", "LayerPrediction", "PlanPrediction"]
+__all__ = ["Alternative", "Baseline", "CollectiveRecord", "LayerPlan", "LayerPrediction", "PlanPrediction", "SearchStats"]
+
+
+class _AsMapping(Mapping):
+    """A record that reads as its JSON form too (``stats["search_s"]``, ``dict(stats)``), as plans
+    written before it was a record were read."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+
+@dataclass(frozen=True, order=True)
+class CollectiveRecord(_AsMapping):
+    """One collective, as a plan prices it (``LayerPlan.collectives``) and as a lowered program
+    issues it (``LoweredLayer.fw_collectives`` ...: :func:`galvatron_fx.ir.program.collectives_of`):
+    its phase (``"fwd"``, ``"bwd"``, or ``"step"``: once per step, in the stage's gradient
+    buckets), op (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``), group size,
+    bytes per micro-batch, and, where the search priced it, the mesh axis (``"tp"`` / ``"dp"``;
+    ``""``: not recorded). Reads as its JSON object too (``c["bytes"]``)."""
+
+    phase: str
+    op: str
+    group_size: int
+    bytes: int
+    axis: str = ""
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> CollectiveRecord:
+        """The record of a JSON object, or itself."""
+        if isinstance(d, CollectiveRecord):
+            return d
+        return cls(phase=d["phase"], op=d["op"], group_size=d["group_size"], bytes=d["bytes"], axis=d.get("axis", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "op": self.op, "group_size": self.group_size, "bytes": self.bytes,
+                **({"axis": self.axis} if self.axis else {})}
+
+
+@dataclass(frozen=True, eq=True)
+class SearchStats(_AsMapping):
+    """What the search did to find a plan (``ParallelPlan.solver_stats``): its seconds (the one
+    figure every plan has; a hand-made plan gives 0), the points and ILP solves it priced, the
+    largest Pareto frontier of its layer DP, the candidates it weighed, the automatic batch's
+    record (:mod:`galvatron_fx.search.auto_batch`) and the uniform baseline it kept when that was
+    faster. ``extra``: keys a file holds that this version does not know, kept as read."""
+
+    search_s: float | None = None
+    points: int | None = None
+    ilp_solves: int | None = None
+    ilp_s: float | None = None
+    chain_solves: int | None = None
+    dp_frontier_max: int | None = None
+    num_candidates: int | None = None
+    batch_search: dict[str, Any] | None = None
+    kept_baseline: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any] | None) -> SearchStats:
+        """The record of a JSON object (a plan file's ``solver_stats``), or itself."""
+        if isinstance(d, SearchStats):
+            return d
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: d[k] for k in known if k in d}, extra={k: v for k, v in d.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+
+@dataclass(frozen=True, eq=True)
+class Baseline(_AsMapping):
+    """The best uniform configuration (:mod:`galvatron_fx.search.baselines`) priced beside the
+    searched plan under the same model (``ParallelPlan.baseline``): its name and predicted step."""
+
+    name: Any  # a str (a plan file's other values are reported by the plan's checks)
+    step_time_s: Any  # seconds
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> Baseline:
+        """The record of a JSON object (a plan file's ``baseline``), or itself."""
+        if isinstance(d, Baseline):
+            return d
+        return cls(name=d.get("name"), step_time_s=d.get("step_time_s"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "step_time_s": self.step_time_s}
 
 
 # ---- records --------------------------------------------------------------------------------
@@ -99,9 +197,8 @@ class LayerPlan:
     placements: dict[str, str] = field(default_factory=dict)
     predicted: LayerPrediction
     alternatives: tuple[Alternative, ...] = ()
-    # the collectives the search priced, per micro-batch: {"phase": "fwd" | "bwd" | "step", "op", "axis": "tp" | "dp",
-    # "group_size", "bytes"} ("step": once per step, in the stage's gradient buckets)
-    collectives: tuple[dict, ...] = ()
+    # the collectives the search priced, per micro-batch ("step": once per step, in the stage's gradient buckets)
+    collectives: tuple[CollectiveRecord, ...] = ()
     # readable names of placed nodes: parameters and the ops reading them, by name within the layer
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -110,7 +207,7 @@ class LayerPlan:
         object.__setattr__(self, "placements", dict(self.placements))
         object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "alternatives", tuple(self.alternatives))
-        object.__setattr__(self, "collectives", tuple(dict(c) for c in self.collectives))
+        object.__setattr__(self, "collectives", tuple(CollectiveRecord.of(c) for c in self.collectives))
 
     @functools.cached_property
     def node_placements(self) -> dict[str, NodePlacement]:
@@ -122,7 +219,7 @@ class LayerPlan:
              "dp": self.dp, "strategy": self.strategy.to_dict(), "placements": dict(self.placements),
              "predicted": self.predicted.to_dict(), "alternatives": [a.to_dict() for a in self.alternatives]}
         if self.collectives:
-            d["collectives"] = [dict(c) for c in self.collectives]
+            d["collectives"] = [c.to_dict() for c in self.collectives]
         if self.labels:
             d["labels"] = dict(self.labels)
         return d

@@ -43,7 +43,7 @@ from galvatron_fx.ir.grad_comm import (
 )
 from galvatron_fx.ir.graph import LayerRole
 from galvatron_fx.ir.placements import PLACEMENT_HELP, placement_problem
-from galvatron_fx.ir.plan_records import Alternative, LayerPlan, LayerPrediction, PlanPrediction
+from galvatron_fx.ir.plan_records import Alternative, CollectiveRecord, LayerPlan, LayerPrediction, PlanPrediction
 from galvatron_fx.ir.plan_report import _ranks
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Recompute, SPMode
 
@@ -214,7 +214,8 @@ def _check_invariants(plan: ParallelPlan) -> list[tuple[str, str]]:
         pr.append(("baseline", "needs a string 'name' and a number 'step_time_s', or null"))
     for f in ("solver_stats", "baseline"):
         try:
-            json.dumps(getattr(plan, f), allow_nan=False)
+            value = getattr(plan, f)
+            json.dumps(None if value is None else value.to_dict(), allow_nan=False)
         except (TypeError, ValueError) as e:
             pr.append((f, f"is not plain JSON: {e}"))
     return pr
@@ -364,13 +365,13 @@ def _parse_layer_prediction(v: Any, at: str) -> LayerPrediction:
     )
 
 
-def _parse_collective(v: Any, at: str) -> dict:
+def _parse_collective(v: Any, at: str) -> CollectiveRecord:
     d = _obj(v, at, ("phase", "op", "group_size", "bytes"), optional=("axis",))
-    return {"phase": _str(d["phase"], f"{at}.phase", ("fwd", "bwd", "step")),
-            "op": _str(d["op"], f"{at}.op", ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
-            "group_size": _int(d["group_size"], f"{at}.group_size", rng=limits.DEGREE),
-            "bytes": _int(d["bytes"], f"{at}.bytes", lo=0, rng=limits.BYTES),
-            **({"axis": _str(d["axis"], f"{at}.axis", ("tp", "dp"))} if "axis" in d else {})}
+    return CollectiveRecord(phase=_str(d["phase"], f"{at}.phase", ("fwd", "bwd", "step")),
+                            op=_str(d["op"], f"{at}.op", ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
+                            group_size=_int(d["group_size"], f"{at}.group_size", rng=limits.DEGREE),
+                            bytes=_int(d["bytes"], f"{at}.bytes", lo=0, rng=limits.BYTES),
+                            axis=_str(d["axis"], f"{at}.axis", ("tp", "dp")) if "axis" in d else "")
 
 
 def _parse_layer(v: Any, at: str) -> LayerPlan:

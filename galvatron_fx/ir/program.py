@@ -18,13 +18,16 @@ whole tensor, else its input), ``phase`` ``fwd`` or ``bwd``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
 
-__all__ = ["CollectiveRecord", "LayerGraphs", "LoweredLayer", "LoweredProgram", "collectives_of", "each_collective"]
+from galvatron_fx.ir.plan_records import CollectiveRecord
+
+__all__ = ["CollectiveRecord", "HoistedReduce", "LayerGraphs", "LoweringKey", "ParamMeta", "LoweredLayer", "LoweredProgram", "collectives_of", "each_collective"]
 
 # functional collective -> the cost model's name (and whether its bytes count the whole group)
 FUNCTIONAL_COLLECTIVES = {
@@ -33,19 +36,6 @@ FUNCTIONAL_COLLECTIVES = {
     "reduce_scatter_tensor": ("reduce_scatter", False), "reduce_scatter_tensor_coalesced": ("reduce_scatter", False),
     "all_to_all_single": ("all_to_all", True),
 }
-
-
-@dataclass(frozen=True, order=True)
-class CollectiveRecord:
-    """One collective a graph issues or a plan prices (see module doc)."""
-
-    phase: str
-    op: str
-    group_size: int
-    bytes: int
-
-    def to_dict(self) -> dict:
-        return {"op": self.op, "group_size": self.group_size, "bytes": self.bytes}
 
 
 def _group_size(name: Any) -> int:
@@ -77,6 +67,47 @@ def collectives_of(gm: fx.GraphModule, phase: str) -> list[CollectiveRecord]:
     return [CollectiveRecord(phase, op, size, nbytes) for _n, _x, op, size, nbytes in each_collective(gm)]
 
 
+class ParamMeta(NamedTuple):
+    """One parameter as a layer's graphs take it (``LayerGraphs.param_meta``, in their order)."""
+
+    fqn: str
+    placement: str  # its storage placement on the tp axis, as a plan writes it ("R", "S(0)")
+    shape: tuple[int, ...]  # its global shape
+    dtype: torch.dtype
+    trainable: bool  # floating point and trained: its gradient is synced and stepped
+
+
+class HoistedReduce(NamedTuple):
+    """An all-reduce of a value the forward saves for the backward, moved out of the backward
+    graph (:mod:`galvatron_fx.passes.hoist_saved_collectives`): launched when the forward ends,
+    waited when the backward starts."""
+
+    saved_index: int  # which saved value (the backward graph's placeholder index)
+    reduce_op: Any  # a torch.distributed.ReduceOp
+    group: str  # the process group's name, as the graph named it
+
+
+@dataclass(frozen=True)
+class LoweringKey:
+    """What a layer's lowered graphs depend on in one program: layers of one kind with equal
+    keys share one :class:`LayerGraphs` (``LoweredProgram.layer_graphs``)."""
+
+    kind: str
+    placements: tuple[tuple[str, str], ...]  # (node, placement string), sorted
+    recompute: str
+    dp: int
+    tp: int
+    compute_dtype: str
+    user_inputs: tuple[int, ...]  # which of the layer's inputs are the user's (the forward may take them whole)
+    mesh_id: int  # the mesh object, within this process
+
+    def across_meshes(self, mesh_key: tuple, batched: tuple[str, ...]) -> tuple:
+        """The key of these graphs across programs of one captured model: the mesh by what its
+        graphs name (device type, ranks, process groups) instead of its identity, and which
+        values are batched."""
+        return (dataclasses.replace(self, mesh_id=0), mesh_key, batched)
+
+
 @dataclass(eq=False)
 class LayerGraphs:
     """The lowered graphs of one layer kind under one layout (see module doc). Filled by the
@@ -84,7 +115,7 @@ class LayerGraphs:
 
     name: str
     kind: str
-    key: tuple
+    key: LoweringKey | None = None
     decomposed: Any = None  # DecomposedLayer
     option: Any = None  # LayerOption
     strategy: Any = None  # LayerStrategy
@@ -98,15 +129,14 @@ class LayerGraphs:
     simple: bool = True  # the graphs have the form the runtime calls directly (hoist_saved_collectives)
     # traced as plain local ops on this rank's share of the batch (passes.localize_batch), not with DTensor
     local: bool = False
-    hoisted: list = field(default_factory=list)  # (saved index, reduce op, group name)
+    hoisted: list[HoistedReduce] = field(default_factory=list)
     # positions of the (non-parameter) inputs the forward also takes whole, after its inputs
     # (passes.fold_input_reductions)
     whole_inputs: list = field(default_factory=list)
     recompute: str = "none"
     recompute_bw: fx.GraphModule | None = None  # the backward as it runs under full recomputation
-    param_names: list = field(default_factory=list)  # FQNs, in the graphs' parameter order
-    # per parameter, in that order: (FQN, tp storage placement, global shape, dtype, requires grad)
-    param_meta: list = field(default_factory=list)
+    param_names: list[str] = field(default_factory=list)  # FQNs, in the graphs' parameter order
+    param_meta: list[ParamMeta] = field(default_factory=list)  # per parameter, in that order
     timings_s: dict = field(default_factory=dict)
     mismatches: list = field(default_factory=list)
     fw_collectives: list = field(default_factory=list)
@@ -164,7 +194,7 @@ class LoweredProgram:
 
     plan: Any  # ParallelPlan
     layers: list[LoweredLayer] = field(default_factory=list)
-    layer_graphs: dict[tuple, LayerGraphs] = field(default_factory=dict)
+    layer_graphs: dict[LoweringKey, LayerGraphs] = field(default_factory=dict)
     buckets: list[GradBucket] = field(default_factory=list)
     stages: dict[int, fx.GraphModule] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)

@@ -9,7 +9,20 @@ from enum import StrEnum
 
 from galvatron_fx.ir.recompute import Recompute
 
-__all__ = ["DPType", "LayerStrategy", "Precision", "Recompute", "SPMode"]
+__all__ = ["Axis", "DPType", "LayerStrategy", "Precision", "Recompute", "SPMode"]
+
+
+class Axis(StrEnum):
+    """The names of the device meshes' dimensions: pipeline stages, data parallel, tensor
+    parallel. A layer runs on a ``(DP, TP)`` mesh of its stage's ranks; a pipeline's meshes are
+    ``(PP, DP, TP)``."""
+
+    PP = "pp"
+    DP = "dp"
+    TP = "tp"
+
+
+LAYER_MESH_DIMS = (Axis.DP, Axis.TP)  # a layer's mesh, in this order
 
 
 class SPMode(StrEnum):

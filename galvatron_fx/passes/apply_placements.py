@@ -47,6 +47,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from galvatron_fx.ir.layer_option import LayerOption
 from galvatron_fx.ir.placements import NodePlacement, pstr
+from galvatron_fx.ir.program import ParamMeta
+from galvatron_fx.ir.strategy import LAYER_MESH_DIMS
 from galvatron_fx.ops import (
     shardings,  # noqa: F401 (registers our DTensor rules)
     vocab_parallel,
@@ -228,7 +230,7 @@ class PlacedLayer:
 
     def __init__(self, dl: DecomposedLayer, option: LayerOption, mesh: DeviceMesh,
                  fqns: dict[str, str] | None = None):
-        assert mesh.ndim == 2 and mesh.mesh_dim_names == ("dp", "tp"), \
+        assert mesh.ndim == 2 and mesh.mesh_dim_names == tuple(str(a) for a in LAYER_MESH_DIMS), \
             f"a placed layer needs a 2-D mesh named ('dp', 'tp'), got {mesh.mesh_dim_names}"
         assert mesh.size(1) == option.tp, f"mesh tp={mesh.size(1)} but the plan is for tp={option.tp}"
         self.gm = dl.gm
@@ -470,8 +472,8 @@ def apply_placements_pass(prog, ctx: PassContext):
     prog.mismatches = sorted(placed.mismatches)
     prog.param_names = [fqn for fqn, _, _ in placed.param_keys.values()]
     trainable = trainable if trainable is not None else set(prog.param_names)
-    prog.param_meta = [(fqn, pstr(placed._meta[key][0]), tuple(ph.meta["val"].shape), ph.meta["val"].dtype,
-                        bool(ph.meta["val"].is_floating_point() and fqn in trainable))
+    prog.param_meta = [ParamMeta(fqn, pstr(placed._meta[key][0]), tuple(ph.meta["val"].shape), ph.meta["val"].dtype,
+                                 bool(ph.meta["val"].is_floating_point() and fqn in trainable))
                        for key, (fqn, _, ph) in placed.param_keys.items()]
     return prog
 

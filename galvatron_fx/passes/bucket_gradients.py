@@ -80,7 +80,7 @@ def bucket_gradients_pass(program, ctx: PassContext):
         if lay.dp <= 1:
             continue
         # this layer's own parameter names, in the (shared) graphs' order
-        trainable = [(fqn, *m[1:]) for fqn, m in zip(lay.param_names, g.param_meta) if m[4]]
+        trainable = [m._replace(fqn=fqn) for fqn, m in zip(lay.param_names, g.param_meta) if m.trainable]
         if str(st.dp_type) != "ddp":
             cdt = g.compute_dtype
             gathered = reduced = 0

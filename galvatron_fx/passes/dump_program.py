@@ -91,17 +91,17 @@ def readable(lay: LoweredLayer) -> dict[str, str]:
                           if lg.recompute_bw is not None else "") + bw.print_readable(print_output=False)}
 
 
-def _records(rs) -> list[dict]:
-    return [r.to_dict() for r in rs]
+def _records(rs) -> list[dict]:  # (each of one phase: the list's)
+    return [{k: v for k, v in r.to_dict().items() if k != "phase"} for r in rs]
 
 
-def _differences(lowered: dict[str, list[CollectiveRecord]], priced: list[dict]) -> list[str]:
+def _differences(lowered: dict[str, list[CollectiveRecord]], priced: list[CollectiveRecord]) -> list[str]:
     """What differs between a layer's lowered and priced collectives (see module doc)."""
     want: dict[tuple, list[int]] = defaultdict(list)
     got: dict[tuple, list[int]] = defaultdict(list)
     for c in priced:
-        if int(c["group_size"]) > 1:
-            want[(c["phase"], c["op"], int(c["group_size"]))].append(int(c["bytes"]))
+        if c.group_size > 1:
+            want[(c.phase, c.op, c.group_size)].append(c.bytes)
     for phase, rs in lowered.items():
         for r in rs:
             if r.group_size > 1:
@@ -149,7 +149,7 @@ def summary(program: LoweredProgram, files: dict[int, str] | None = None) -> dic
             "graphs": (files or {}).get(id(lay.graphs), lay.graphs.name),
             "fw_collectives": _records(lay.fw_collectives), "bw_collectives": _records(lay.bw_collectives),
             "step_collectives": _records(lay.step_dp), "recompute": lay.graphs.recompute != "none",
-            "priced": [dict(c) for c in lp.collectives], "matches_plan": not diffs[lay.name],
+            "priced": [c.to_dict() for c in lp.collectives], "matches_plan": not diffs[lay.name],
             "differences": diffs[lay.name]})
     all_diffs = [f"{name}: {d}" for name, ds in diffs.items() for d in ds]
     return {

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 
+from galvatron_fx.ir.program import HoistedReduce
 from galvatron_fx.passes.clean_up_graphs import recompiled
 from galvatron_fx.passes.runner import PassContext, graph_pass
 
@@ -25,7 +26,7 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.R
 HOIST_MAX_BYTES = 64 * 2**10  # larger saved tensors are not held reduced from forward to backward
 
 
-def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[int, object, str]]:
+def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[HoistedReduce]:
     """Take out of ``bw`` (a backward graph whose first ``num_saved`` placeholders are tensors
     its forward saved) every functional all-reduce of a small saved tensor that only the
     all-reduce reads; its wait's readers read the placeholder instead. Returns ``(saved index,
@@ -39,7 +40,7 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
     forward, so the collectives keep one order."""
     saved = [n for n in bw.graph.nodes if n.op == "placeholder"][:num_saved]
     index = {n: i for i, n in enumerate(saved)}
-    hoisted: list[tuple[int, object, str]] = []
+    hoisted: list[HoistedReduce] = []
     for n in list(bw.graph.nodes):
         if n.op != "call_function" or n.target is not torch.ops._c10d_functional.all_reduce.default:
             continue
@@ -54,7 +55,7 @@ def hoist_saved_all_reduces(bw: fx.GraphModule, num_saved: int) -> list[tuple[in
         wait.replace_all_uses_with(src)
         bw.graph.erase_node(wait)
         bw.graph.erase_node(n)
-        hoisted.append((index[src], _REDUCE_OPS[op], group))
+        hoisted.append(HoistedReduce(index[src], _REDUCE_OPS[op], group))
     recompiled(bw, len(hoisted))
     return hoisted
 

@@ -46,7 +46,8 @@ import torch
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.placements import check_layer_placements
-from galvatron_fx.ir.program import LayerGraphs, LoweredLayer, LoweredProgram
+from galvatron_fx.ir.program import LayerGraphs, LoweredLayer, LoweredProgram, LoweringKey
+from galvatron_fx.ir.strategy import LAYER_MESH_DIMS
 from galvatron_fx.passes.apply_placements import apply_placements_pass, option_from_plan
 from galvatron_fx.passes.bucket_gradients import bucket_gradients_pass
 from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
@@ -109,7 +110,7 @@ def fake_mesh(dp: int, tp: int):
                         "one); in a distributed job, pass mesh_of=, or let galvatron_fx.compile() lower")
     if dp * tp > dist.get_world_size():
         raise PlanError(f"dp={dp} × tp={tp} is larger than the stand-in process group ({dist.get_world_size()})")
-    mesh = DeviceMesh("cpu", torch.arange(dp * tp).view(dp, tp), mesh_dim_names=("dp", "tp"))
+    mesh = DeviceMesh("cpu", torch.arange(dp * tp).view(dp, tp), mesh_dim_names=tuple(str(a) for a in LAYER_MESH_DIMS))
     _FAKE_MESHES[(dp, tp)] = mesh
     return mesh
 
@@ -132,7 +133,7 @@ def _compute_dtype(plan) -> torch.dtype | None:
 
 def lower_layer(mg: ModelGraph, layer, option, strategy, mesh, *, decomposed: DecomposedLayer | None = None,
                 compute_dtype: torch.dtype | None = None, dump_dir: Path | None = None,
-                key: tuple = ()) -> LayerGraphs:
+                key: LoweringKey | None = None) -> LayerGraphs:
     """One layer under ``option`` and ``strategy`` on ``mesh``, lowered by :data:`LAYER_PASSES`;
     ``compute_dtype`` (mixed precision: ``mg`` captured in it): parameters are fp32, read in it."""
     dl = decomposed or decompose_layer(mg, layer)
@@ -207,13 +208,14 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
         # (which inputs are the user's: the forward may take those whole, fold_input_reductions)
         users = tuple(i for i, (n, r) in enumerate(zip(dl.input_names, dl.input_roles))
                       if r != "param" and n in mg.input_names)
-        key = (layer.kind, tuple(sorted(option.placements.items())), str(st.recompute), (lp.dp, st.tp),
-               str(dtype), users, id(mesh))
+        key = LoweringKey(kind=layer.kind, placements=tuple(sorted(option.placements.items())),
+                          recompute=str(st.recompute), dp=lp.dp, tp=st.tp, compute_dtype=str(dtype),
+                          user_inputs=users, mesh_id=id(mesh))
         if key not in program.layer_graphs:
             # lowerings of this graph are kept with it (another plan of the same model reuses
             # those it shares), unless this lowering dumps its passes
             shared = _lowerings(mg) if dump is None else {}
-            gkey = key[:-1] + (_mesh_key(mesh), tuple(sorted(mg.batched)))
+            gkey = key.across_meshes(_mesh_key(mesh), tuple(sorted(mg.batched)))
             if gkey not in shared:
                 sub = dump / "passes" / layer.name if dump is not None else None
                 shared[gkey] = lower_layer(mg, layer, option, st, mesh, decomposed=dl, compute_dtype=dtype,

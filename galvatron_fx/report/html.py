@@ -30,12 +30,15 @@ import html
 import math
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from galvatron_fx.cluster.limits import load_json, read_json
 from galvatron_fx.errors import ConfigError
 from galvatron_fx.ir.plan_report import efficiency_line, group_ranks, group_text, layer_runs, node_of, run_name
 from galvatron_fx.report.fmt import fmt_bytes, fmt_seconds
+
+if TYPE_CHECKING:
+    from galvatron_fx.ir.plan_records import CollectiveRecord
 
 __all__ = ["read_run", "render", "write"]
 
@@ -234,13 +237,13 @@ def _timeline(plan) -> str:
             "</section>")
 
 
-def _axis(lp, c: dict) -> str:
+def _axis(lp, c: CollectiveRecord) -> str:
     """Which group a priced collective runs on: the tensor-parallel or the data-parallel one (as
     recorded; in older plans, by its size — where both groups have that size, a gather or
     reduce-scatter of a sharded data-parallel layer could be either)."""
-    if c.get("axis") in ("tp", "dp"):
-        return c["axis"]
-    op, phase, size = c["op"], c["phase"], int(c["group_size"])
+    if c.axis in ("tp", "dp"):
+        return c.axis
+    op, phase, size = c.op, c.phase, c.group_size
     tp, dp = lp.strategy.tp, lp.dp
     if phase == "step" or size != tp:
         return "dp"
@@ -268,10 +271,10 @@ def _comm(plan) -> str:
             cells[ax] = f'{_e(text)}<br><span class="{"cross" if crosses else ""}">{tier}</span>'
         summary: dict[tuple, list[int]] = {}
         for c in lp.collectives:
-            key = (c["phase"], c["op"], int(c["group_size"]), _axis(lp, c))
+            key = (c.phase, c.op, c.group_size, _axis(lp, c))
             summary.setdefault(key, [0, 0])
             summary[key][0] += 1
-            summary[key][1] += int(c["bytes"])
+            summary[key][1] += c.bytes
         lines = []
         for (phase, op, size, ax), (count, nbytes) in sorted(summary.items()):
             lines.append(f"{phase} {op} ×{count} on {ax} ({size}): {fmt_bytes(nbytes)}")

@@ -28,6 +28,7 @@ from those last copied), when the layer next reads it (:meth:`~LayerExecutor.loc
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -119,6 +120,9 @@ class LayerExecutor(nn.Module, PlacedLayer):
             self.params[key] = nn.Parameter(dt, requires_grad=params[name].requires_grad)
             self.fqn_of_key[key] = fqn
         self.lowered: _Lowered | None = None  # the traced local-op function (see lower())
+        # where the layer reads its parameters' local shards from, when not its own storage (the
+        # torch.compile backend's: the user's whole tensors, sharded on read); see local_params()
+        self.param_source: Callable[[], list[torch.Tensor]] | None = None
         self._local: set[str] = set()  # parameters stored as plain local shards (localize())
         self._fsdp_ignored: set[str] = set()  # of an FSDP unit's, those it leaves whole (0-dim ones)
         self._offloaded: dict[str, _Working] = {}  # key -> host master and working copy (offload())
@@ -157,6 +161,8 @@ class LayerExecutor(nn.Module, PlacedLayer):
         assert len(xs) in (n, n + wholes), f"expected {n} inputs, got {len(xs)}"
         if self.lowered is not None:
             return self.lowered(self, xs[:n], unwrapped=unwrapped, wholes=xs[n:])
+        if self.param_source is not None:
+            return self._interpret(xs, dict(zip(self.params, self.param_source())))
         return self._interpret(xs)
 
     # -- lowering -----------------------------------------------------------------------------
@@ -209,7 +215,9 @@ class LayerExecutor(nn.Module, PlacedLayer):
     def local_params(self) -> list[torch.Tensor]:
         """This rank's shard of every parameter, in ``self.params`` order, as a lowered layer
         reads them (differentiably: an FSDP-unsharded DTensor's local tensor, an offloaded
-        parameter's fresh working copy; a hook for callers that keep the parameters elsewhere)."""
+        parameter's fresh working copy), or what ``param_source`` gives where one is set."""
+        if self.param_source is not None:
+            return self.param_source()
         # the ParameterDict's own storage (its values() goes through __getitem__ per key; FSDP
         # swaps parameters in place there, so this sees the current ones)
         stored = cast("dict[str, torch.Tensor]", self.params._parameters)

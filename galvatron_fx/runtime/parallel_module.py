@@ -54,7 +54,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import Placement
 
@@ -75,6 +75,8 @@ from galvatron_fx.runtime.hooks import Hooks
 from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
+from galvatron_fx.runtime.meshes import device_type
+from galvatron_fx.runtime.meshes import owner as mesh_owner
 from galvatron_fx.runtime.precision import COMPUTE_DTYPES, LossScaler
 from galvatron_fx.runtime.reshard import reshard
 from galvatron_fx.runtime.shapes import ShapeVariants
@@ -91,12 +93,6 @@ R = Replicate()
 # op on one would skip its pre-backward hook. The runtime never writes to a layer's output.
 warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
 quiet_logs.install()  # DTensor's warnings from inside ops: once, on the first rank
-_MESHES: dict[tuple, DeviceMesh] = {}  # (world group, ranks, dp, tp) -> mesh, see ParallelModule.mesh
-
-
-def device_type() -> str:
-    """The meshes' device type: ``cuda`` under NCCL with GPUs, else ``cpu`` (gloo)."""
-    return "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
 
 
 class _DpPartialGrad(torch.autograd.Function):
@@ -290,21 +286,10 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
 
     # ---- meshes and options -------------------------------------------------------------------
     def mesh(self, dp: int, tp: int) -> DeviceMesh:
-        """The ``(dp, tp)`` mesh over the stage's ranks (one per shape, shared by every module of
-        this process and process group: new meshes would make new process groups, and DTensor's
-        spec cache may hand back an earlier, equal mesh object anyway)."""
+        """The ``(dp, tp)`` mesh over the stage's ranks: the process's one, from the mesh owner
+        (:mod:`galvatron_fx.runtime.meshes`), or the pipeline's stage submesh it was given."""
         if (dp, tp) not in self._meshes:
-            if dp * tp != len(self._ranks):
-                raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover the stage's {len(self._ranks)} ranks")
-            key = (id(dist.group.WORLD), self._ranks, dp, tp)
-            if key not in _MESHES:
-                device = device_type()
-                if self._ranks == tuple(range(dist.get_world_size())):
-                    _MESHES[key] = init_device_mesh(device, (dp, tp), mesh_dim_names=("dp", "tp"))
-                else:
-                    _MESHES[key] = DeviceMesh(device, torch.tensor(self._ranks).view(dp, tp),
-                                              mesh_dim_names=("dp", "tp"))
-            self._meshes[(dp, tp)] = _MESHES[key]
+            self._meshes[(dp, tp)] = mesh_owner().layer_mesh(self._ranks, dp, tp)
         return self._meshes[(dp, tp)]
 
     # ---- forward ----------------------------------------------------------------------------

@@ -65,7 +65,9 @@ from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.hooks import Hooks
 from galvatron_fx.runtime.local_inputs import LocalInputs
-from galvatron_fx.runtime.parallel_module import ParallelModule, device_type
+from galvatron_fx.runtime.meshes import device_type
+from galvatron_fx.runtime.meshes import owner as mesh_owner
+from galvatron_fx.runtime.parallel_module import ParallelModule
 from galvatron_fx.runtime.pipeline_shapes import PipelineShapes
 from galvatron_fx.runtime.precision import LossScaler
 from galvatron_fx.runtime.user_loop import UserLoop, finish_step
@@ -76,7 +78,6 @@ log = logging.getLogger(__name__)
 __all__ = ["PipelineModule"]
 
 R = Replicate()
-_WORLD_MESHES: dict[tuple, tuple[DeviceMesh, dist.ProcessGroup]] = {}  # -> (stage mesh, pp group)
 
 
 def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], DeviceMesh], dist.ProcessGroup]:
@@ -92,18 +93,12 @@ def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], Device
                         "j-th rank of every stage lie above the j-th of the stage before (torch.distributed.pipelining "
                         "runs stage s on rank s of its pipeline group, whose ranks ascend): re-plan")
     rank = dist.get_rank()
-    layout = torch.tensor(plan.stage_ranks, dtype=torch.int64)  # (pp, k): the ranks in the plan's order
     meshes: dict[tuple[int, int], DeviceMesh] = {}
     pp_group = None
     for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}):
         if dp * tp != k:
             raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
-        # one per process group, shape and layout, as ParallelModule.mesh
-        key = (id(dist.group.WORLD), pp, dp, tp, tuple(map(tuple, plan.stage_ranks)))
-        if key not in _WORLD_MESHES:
-            m3 = DeviceMesh(device_type(), layout.reshape(pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-            _WORLD_MESHES[key] = (m3["dp", "tp"], m3["pp"].get_group())
-        meshes[(dp, tp)], group = _WORLD_MESHES[key]
+        meshes[(dp, tp)], group = mesh_owner().pipeline(plan.stage_ranks, dp, tp)  # (made once per process)
         pp_group = pp_group or group
     return next(s for s, ranks in enumerate(plan.stage_ranks) if rank in ranks), meshes, pp_group
 

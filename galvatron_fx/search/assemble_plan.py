@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from galvatron_fx.cluster import Cluster
@@ -46,6 +47,7 @@ from galvatron_fx.ir.plan import (
     graph_hash,
     graph_summary,
 )
+from galvatron_fx.ir.plan_records import Baseline, SearchStats
 from galvatron_fx.ir.plan_report import verdict
 from galvatron_fx.ir.strategy import DPType, Precision
 from galvatron_fx.report.fmt import fmt_bytes
@@ -82,8 +84,8 @@ class _Candidate:
     stage_ranks: tuple[tuple[int, ...], ...] = ()  # per stage (topology.stage_ranks); () = contiguous blocks
 
 
-def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: dict,
-              baseline: dict | None, precision: str, name: str, *, host_budget: int | None = None) -> ParallelPlan:
+def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate, budget: int, stats: Mapping,
+              baseline: Mapping | None, precision: str, name: str, *, host_budget: int | None = None) -> ParallelPlan:
     """The plan of the search's best candidate (``host_budget``: the host memory per node the
     search held offloaded layers to; default the devices' host memory)."""
     devices = cluster.world_size // best.pp
@@ -145,7 +147,7 @@ def _assemble(mg: ModelGraph, cluster: Cluster, cm: CostModel, best: _Candidate,
                                  bubble_fraction=best.bubble_fraction, breakdown=best.breakdown,
                                  model_flops=flops, peak_flops=peak, mfu=mfu, compute_density=density,
                                  stage_budget_bytes=tuple(stage_budgets) if cluster.is_heterogeneous else (), **host),
-        solver_stats=stats, baseline=baseline, notes=tuple(_over_budget_notes(reserved, stage_budgets)),
+        solver_stats=SearchStats.of(stats), baseline=None if baseline is None else Baseline.of(baseline), notes=tuple(_over_budget_notes(reserved, stage_budgets)),
     )
     return plan
 

@@ -61,6 +61,7 @@ from galvatron_fx.cost_models.offload import can_offload, offload_cost
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, LayerRole, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
+from galvatron_fx.ir.plan_records import CollectiveRecord
 from galvatron_fx.ir.recompute import Recompute
 from galvatron_fx.ir.strategy import DPType, LayerStrategy, Precision, SPMode
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, param_values
@@ -104,7 +105,7 @@ class LayerChoice:
     bucket_bytes: tuple[int, ...] = ()  # DDP (dp > 1): local gradient bytes per parameter, runtime order
     # DDP under a lossy GradComm: per bucket_bytes entry (wire bytes, P bytes, Q bytes, compute s)
     bucket_wire: tuple[tuple[int, int, int, float], ...] = ()
-    collectives: tuple[dict, ...] = ()  # what it prices, per micro-batch (LayerPlan.collectives)
+    collectives: tuple[CollectiveRecord, ...] = ()  # what it prices, per micro-batch (LayerPlan.collectives)
     recompute_s: float = 0.0  # per micro-batch: the forward run again in the backward (in bwd_s)
 
     def step_time_s(self, m: int) -> float:

@@ -66,7 +66,7 @@ from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
 from galvatron_fx.ir.meta import tensor_bytes
-from galvatron_fx.ir.placements import P, R, check_layer_placements, parse_placement, pstr
+from galvatron_fx.ir.placements import NodePlacement, P, R, check_layer_placements, parse_placement, pstr
 from galvatron_fx.ir.strategy import SPMode
 from galvatron_fx.ops.vocab_parallel import collectives as in_op_collectives
 from galvatron_fx.ops.vocab_parallel import is_class_sharded
@@ -74,7 +74,6 @@ from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 from galvatron_fx.passes.state_writes import written_through
 from galvatron_fx.search.node_strategies import (
     _IGNORED,
-    NodeStrategy,
     _mesh,
     node_strategies,
     sharded_activation_fraction,
@@ -127,7 +126,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
     def value_of(a: fx.Node) -> tuple[fx.Node, int]:
         return alias.get(a, (a, 0))
 
-    strategies: dict[str, list[NodeStrategy]] = {}
+    strategies: dict[str, list[NodePlacement]] = {}
     role = dict(zip(dl.inputs, dl.input_roles))
     for ph in dl.inputs:
         val = ph.meta["val"]
@@ -145,7 +144,7 @@ def build_problem(dl: DecomposedLayer, tp: int, sp: SPMode | str, cost_model: Co
                 cands = [in_layout if _fits(in_layout, val, tp) else _layout_for(sp, val)]
         else:
             cands = [R]
-        strategies[ph.name] = [NodeStrategy((), (p,)) for p in cands]
+        strategies[ph.name] = [NodePlacement((), (p,)) for p in cands]
     compute: dict[str, list[float]] = {ph.name: [0.0] * len(strategies[ph.name]) for ph in dl.inputs}
     for n in calls:
         if (n.name, tp) not in dl.strategies:  # the same for every SP mode and variant
@@ -285,7 +284,7 @@ def option_from_placements(mg: ModelGraph, layer: LayerInfo, tp: int, sp: SPMode
     problem, by_name = build_problem(dl, tp, sp, cost_model, list(range(tp)), input_layouts=given)
     choice = {}
     for n in problem.nodes:
-        idx = [i for i, st in enumerate(problem.strategies[n]) if _fmt(st) == placements.get(n)]
+        idx = [i for i, st in enumerate(problem.strategies[n]) if str(st) == placements.get(n)]
         if not idx:
             raise PlanError(f"layer {layer.name}: placement {placements.get(n)!r} of {n} is not a strategy at "
                             f"tp={tp}; re-plan with this torch version")
@@ -317,7 +316,7 @@ def _option(layer: LayerInfo, dl: DecomposedLayer, problem: PlacementProblem, by
     outs = [a for a in tree_flatten(out_node.args)[0] if isinstance(a, fx.Node)]
     by_node = {by_name[n]: st for n, st in chosen.items()}
     return LayerOption(
-        kind=layer.kind, tp=tp, sp=sp, placements={n: _fmt(st) for n, st in chosen.items()},
+        kind=layer.kind, tp=tp, sp=sp, placements={n: str(st) for n, st in chosen.items()},
         compute_s=compute_s, compute_ratio=compute_s / full if full > 0 else 1.0,
         comm_fwd_s=sum(e.time_s for e in comm if e.direction == "fwd"),
         comm_bwd_s=sum(e.time_s for e in comm if e.direction == "bwd"),
@@ -338,7 +337,7 @@ def _bytes_of(problem: PlacementProblem, value: str) -> int:
     return 0
 
 
-def _out_placement(chosen: dict[str, NodeStrategy], a: fx.Node) -> str:
+def _out_placement(chosen: dict[str, NodePlacement], a: fx.Node) -> str:
     if a.target is operator.getitem:
         src, idx = cast("tuple[fx.Node, int]", a.args)  # (a getitem's (source, index))
         return pstr(chosen[src.name].outputs[idx]) if src.name in chosen else "-"
@@ -363,10 +362,6 @@ def _val(node: fx.Node, idx: int) -> torch.Tensor:
 def _is_activation_value(node: fx.Node, idx: int) -> bool:
     v = _val(node, idx)
     return isinstance(v, torch.Tensor) and v.is_floating_point()
-
-
-def _fmt(s: NodeStrategy) -> str:
-    return ",".join(pstr(p) for p in s.inputs) + "->" + ",".join(pstr(p) for p in s.outputs)
 
 
 def _reshard_s(cost_model: CostModel, nbytes: int, src: Placement, dst: Placement, ranks: list[int], ndim: int) -> float:

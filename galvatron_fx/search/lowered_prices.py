@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from galvatron_fx.ir.graph import LayerInfo, ModelGraph
 from galvatron_fx.ir.layer_option import CommEvent, LayerOption
+from galvatron_fx.ir.plan_records import CollectiveRecord
 from galvatron_fx.ir.strategy import DPType, LayerStrategy
 from galvatron_fx.passes.apply_placements import option_from_plan
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
@@ -109,11 +110,11 @@ def dp_collectives(mg: ModelGraph, layer: LayerInfo, *, decomposed: DecomposedLa
 
 # ---- the records a priced choice keeps (LayerPlan.collectives) ----------------------------------
 
-def _record(phase: str, op: str, group_size: int, nbytes: int, axis: str) -> dict:
-    return {"phase": phase, "op": str(op), "group_size": int(group_size), "bytes": int(nbytes), "axis": axis}
+def _record(phase: str, op: str, group_size: int, nbytes: int, axis: str) -> CollectiveRecord:
+    return CollectiveRecord(phase=phase, op=str(op), group_size=int(group_size), bytes=int(nbytes), axis=axis)
 
 
-def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str = "tp") -> tuple[dict, ...]:
+def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str = "tp") -> tuple[CollectiveRecord, ...]:
     """The tensor-parallel collectives priced per micro-batch (see :func:`galvatron_fx.search.choice_costs.comm_s`); a
     recomputed forward's again, in backward; ``axis``: the mesh axis they run on (a loss's own
     data-parallel reductions: ``"dp"``)."""
@@ -126,7 +127,7 @@ def tp_collectives(events, frac: float, tp: int, *, again_fwd: bool, axis: str =
     return tuple(out)
 
 
-def dp_collective_records(dpt: DPType, dp: int, gather_bytes: int, reduce_bytes: int, grad_bytes: int) -> tuple[dict, ...]:
+def dp_collective_records(dpt: DPType, dp: int, gather_bytes: int, reduce_bytes: int, grad_bytes: int) -> tuple[CollectiveRecord, ...]:
     """The data-parallel collectives priced: FSDP's per micro-batch (:func:`galvatron_fx.search.choice_costs.fsdp_comm_s`), or
     a DDP layer's gradients in the stage's buckets once per step."""
     if dp <= 1:

@@ -2,7 +2,7 @@
 
 Contract: :func:`node_strategies` takes a node of a decomposed layer
 (:mod:`galvatron_fx.passes.decompose_layer`, fake values in ``node.meta["val"]``), a 1-D mesh
-(:func:`_mesh`) and its size ``tp``; returns the node's :class:`NodeStrategy` list, the
+(:func:`_mesh`) and its size ``tp``; returns the node's :class:`NodePlacement` list, the
 all-replicated one first. The graph is not changed.
 
 Terms: a *strategy* of a node fixes the placement (``Replicate``, ``Shard(d)``, ``Partial``)
@@ -19,12 +19,10 @@ class-sharded strategies the runtime runs with its own code
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,42 +33,14 @@ from torch.utils._pytree import tree_flatten
 
 from galvatron_fx.errors import PlanError
 from galvatron_fx.ir.meta import tensor_bytes
-from galvatron_fx.ir.placements import P, R
+from galvatron_fx.ir.placements import NodePlacement, P, R
 from galvatron_fx.ops import shardings  # noqa: F401 (registers our DTensor rules)
 from galvatron_fx.ops.vocab_parallel import extra_strategies
 
-__all__ = ["NodeStrategy", "node_strategies", "strategy_key", "sharded_activation_fraction", "sharded_param_fraction"]
+__all__ = ["node_strategies", "strategy_key", "sharded_activation_fraction", "sharded_param_fraction"]
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
-
-
-@dataclass(frozen=True)
-class NodeStrategy:
-    """Placements of one node's tensor inputs (``None`` for non-tensors) and outputs."""
-
-    inputs: tuple[Placement | None, ...]
-    outputs: tuple[Placement | None, ...]
-
-    @functools.cached_property  # (read for every edge of every ILP: once per strategy)
-    def partitioned(self) -> bool:
-        """Whether the work is split over the group (else every rank computes it all).
-
-        Only sharded tensors split work: an op on partial inputs (a replicated weight fed as
-        Partial, say) still does the whole computation on every rank.
-        """
-        return any(isinstance(p, Shard) for p in self.inputs + self.outputs if p is not None)
-
-    def grad_of_input(self, k: int) -> Placement | None:
-        """The placement of the gradient this node hands back for tensor input ``k``."""
-        p = self.inputs[k]
-        if p is None:
-            return None
-        if isinstance(p, Partial):
-            return R
-        if isinstance(p, Replicate) and self.partitioned:
-            return P
-        return p
 
 
 def _tensor_meta(v):
@@ -114,7 +84,7 @@ def _even(placements, metas, tp: int) -> bool:
 _IGNORED = {aten._assert_tensor_metadata.default}
 
 
-def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
+def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodePlacement]:
     """Every strategy of ``node`` on a 1-D mesh of ``tp`` ranks (see module doc for sources)."""
     op = node.target
     from torch.distributed.tensor import DTensor
@@ -123,15 +93,15 @@ def node_strategies(node: fx.Node, mesh, tp: int) -> list[NodeStrategy]:
     tensor_args = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
     in_vals = [a.meta["val"] for a in tensor_args]
     out_vals = [v if isinstance(v, torch.Tensor) else None for v in _flat_outputs(node)]
-    found: set[NodeStrategy] = set()
+    found: set[NodePlacement] = set()
     if op in prop.op_single_dim_strategy_funcs:
         found |= _from_single_dim(prop, node, in_vals, out_vals, tp)
     elif op in prop.op_strategy_funcs:
         found |= _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp)
-    replicate = NodeStrategy(tuple(R for _ in in_vals), tuple(R if v is not None else None for v in out_vals))
+    replicate = NodePlacement(tuple(R for _ in in_vals), tuple(R if v is not None else None for v in out_vals))
     found.add(replicate)
     # class-sharded log-softmax / NLL loss (vocab-parallel cross-entropy), run by our own code
-    found |= {NodeStrategy(ins, outs) for ins, outs in extra_strategies(node, tp)}
+    found |= {NodePlacement(ins, outs) for ins, outs in extra_strategies(node, tp)}
     return sorted(found, key=lambda s: (s != replicate, str(s)))
 
 
@@ -166,7 +136,7 @@ def _flat_outputs(node: fx.Node) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
-def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodeStrategy]:
+def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodePlacement]:
     from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
 
     info = prop.op_single_dim_strategy_funcs[node.target]
@@ -177,7 +147,7 @@ def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodeStrategy]:
     except Exception as e:  # a rule that cannot handle these shapes: replicate only
         log.debug("no single-dim strategies for %s: %s", node.format_node(), e)
         return set()
-    out: set[NodeStrategy] = set()
+    out: set[NodePlacement] = set()
     n_out = len(out_vals)
     metas = [_tensor_meta(v) if v is not None else None for v in out_vals] + [_tensor_meta(v) for v in in_vals]
     for rule in rules:
@@ -192,17 +162,17 @@ def _from_single_dim(prop, node, in_vals, out_vals, tp) -> set[NodeStrategy]:
         if not ok or len(placements) != n_out + len(in_vals) or not _even(placements, metas, tp):
             continue
         outs = tuple(p if out_vals[i] is not None else None for i, p in enumerate(placements[:n_out]))
-        out.add(NodeStrategy(tuple(placements[n_out:]), outs))
+        out.add(NodePlacement(tuple(placements[n_out:]), outs))
     return out
 
 
-def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeStrategy]:
+def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodePlacement]:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
     from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy, TupleStrategy
 
     fn = prop.op_strategy_funcs[node.target]
     cands = [_candidates(a.meta["val"], tp) for a in tensor_args]
-    out: set[NodeStrategy] = set()
+    out: set[NodePlacement] = set()
 
     def schema_for(choice):
         it = iter(choice)
@@ -237,7 +207,7 @@ def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeSt
                 continue
             ins = tuple(s.placements[0] for s in children[0].strategies[0].input_specs)
             outs = tuple(c.strategies[0].output_spec.placements[0] for c in children)
-            out.add(NodeStrategy(ins, outs))
+            out.add(NodePlacement(ins, outs))
             continue
         for spec in specs or []:
             ins = tuple(s.placements[0] if s is not None else None for s in (spec.input_specs or ()))
@@ -249,7 +219,7 @@ def _from_op_strategy(prop, node, mesh, tensor_args, out_vals, tp) -> set[NodeSt
                 continue
             metas = [_tensor_meta(a.meta["val"]) for a in tensor_args]
             if _even(ins, metas, tp) and _even(outs, [(_tensor_meta(v) if v is not None else None) for v in out_vals], tp):
-                out.add(NodeStrategy(ins, outs))
+                out.add(NodePlacement(ins, outs))
     return out
 
 

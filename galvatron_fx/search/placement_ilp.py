@@ -32,8 +32,7 @@ from torch.distributed.tensor.placement_types import Placement
 
 from galvatron_fx.cluster import Collective
 from galvatron_fx.errors import PlanError
-from galvatron_fx.ir.placements import R, parse_placement, pstr
-from galvatron_fx.search.node_strategies import NodeStrategy
+from galvatron_fx.ir.placements import NodePlacement, R, parse_placement, pstr
 
 TIE_ABOVE = 20_000  # edge products above which alike nodes are tied
 TIE_ROUNDS = 3
@@ -152,7 +151,7 @@ class PlacementProblem:
     read. Node ids are in topological order; ``fixed`` forbids strategies (layer boundaries)."""
 
     nodes: list[str]
-    strategies: dict[str, list[NodeStrategy]]
+    strategies: dict[str, list[NodePlacement]]
     compute_s: dict[str, list[float]]
     values: list[_Value]
     view_like: set[str]
@@ -166,7 +165,7 @@ class PlacementProblem:
     def inner_s(self, node: str, i: int) -> float:
         return sum(e[3] for e in self.inner[node][i]) if node in self.inner else 0.0
 
-    def passes(self, node: str, s: NodeStrategy) -> bool:
+    def passes(self, node: str, s: NodePlacement) -> bool:
         return node in self.view_like and _passes_through(s)
 
 
@@ -223,7 +222,7 @@ def evaluate(problem: PlacementProblem, choice: dict[str, int]) -> tuple[float, 
 
 
 @dataclass(frozen=True)
-class _PassThrough(NodeStrategy):
+class _PassThrough(NodePlacement):
     """A view's replicated strategy that hands its consumers' partial gradient on to its producer
     (``partial``) or hands back none of its own (the ILP's copy of a pass-through strategy)."""
 
@@ -240,17 +239,17 @@ def _split_pass_through(pr: PlacementProblem) -> tuple[PlacementProblem, dict[st
     consumer that hands one) rather than a product of three variables, whose linearisation is weak
     (its LP bound left the solver seconds of branching on a 4k-variable layer). Returns the split
     problem and, per node, the original index of each of its strategies."""
-    strategies: dict[str, list[NodeStrategy]] = {}
+    strategies: dict[str, list[NodePlacement]] = {}
     back: dict[str, list[int]] = {}
     compute: dict[str, list[float]] = {}
     inner: dict[str, list] = {}
     forbidden: set[tuple[str, int]] = set()
     for n in pr.nodes:
-        ss: list[NodeStrategy] = []
+        ss: list[NodePlacement] = []
         idx: list[int] = []
         for i, s in enumerate(pr.strategies[n]):
             if pr.passes(n, s):
-                copies: list[NodeStrategy] = [_PassThrough(s.inputs, s.outputs, False),
+                copies: list[NodePlacement] = [_PassThrough(s.inputs, s.outputs, False),
                                               _PassThrough(s.inputs, s.outputs, True)]
             else:
                 copies = [s]
@@ -420,7 +419,7 @@ def _charge(m: _Model, pvs: list[tuple[int, int | None]], t: float, memo: dict |
         _at_least(m, var, pv, cond)
 
 
-def _passes_through(s: NodeStrategy) -> bool:
+def _passes_through(s: NodePlacement) -> bool:
     return len(s.inputs) >= 1 and isinstance(s.inputs[0], Replicate) and all(
         isinstance(p, Replicate) for p in s.outputs if p is not None)
 

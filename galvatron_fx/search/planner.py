@@ -40,6 +40,7 @@ from galvatron_fx.cost_models.offload import can_offload
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
 from galvatron_fx.ir.plan import ParallelPlan
+from galvatron_fx.ir.plan_records import Baseline, SearchStats
 from galvatron_fx.search.assemble_plan import _assemble
 from galvatron_fx.search.auto_batch import AutoBatch, search_batches
 from galvatron_fx.search.candidates import OptionCache, SearchSpace, shared_option_caches
@@ -179,8 +180,8 @@ def _searched(mg: ModelGraph, cluster: Cluster, t0: float, batches, space: Searc
         # configuration the whole-plan price puts ahead is never given up
         kept = (f"the searched per-layer plan (predicted {plan.predicted.step_time_s * 1e3:.2f} ms per step) "
                 f"is slower than the baseline {b[0]} under the same model: the plan is that baseline")
-        plan = dataclasses.replace(b[1], model=plan.model, solver_stats={**stats, "kept_baseline": b[0]},
-                                   baseline=base, notes=())
+        plan = dataclasses.replace(b[1], model=plan.model, solver_stats=SearchStats.of({**stats, "kept_baseline": b[0]}),
+                                   baseline=None if base is None else Baseline.of(base), notes=())
     unused = unused_requests(space, plan)
     for msg in unused:
         warnings.warn(msg, stacklevel=3)  # (plan's caller)

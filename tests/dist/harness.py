@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime
 import faulthandler
+import functools
+import multiprocessing
 import json
 import os
 import socket
@@ -24,6 +26,17 @@ import torch.multiprocessing as mp
 
 # the directory spawned ranks write a crash's Python stacks to (faulthandler), set by spawn
 FAULT_DIR_ENV = "GFX_TEST_FAULT_DIR"
+# Ranks start from a fork server that imported these once per test session: a rank spawned
+# afresh spends seconds of CPU importing torch and transformers, on a machine whose two cores the
+# ranks share (about a hundred rank starts in the suite). The modules hold no threads or process
+# groups after import; every rank still builds its own process group, and runs with the
+# environment of the test that spawned it (see _with_environment).
+_HF_FAMILIES = ("bert", "bloom", "clip", "convnext", "deepseek_v3", "gpt2", "gpt_neox", "llama", "mamba", "mixtral",
+                "olmoe", "opt", "phi", "qwen2", "qwen2_moe", "resnet", "swin", "t5", "vit")  # (tests/hf_tiny.py's)
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.pipelining", "transformers", "galvatron_fx.build",
+           "galvatron_fx.runtime.parallel_module", "galvatron_fx.runtime.pipeline", "galvatron_fx.frontend.capture",
+           "galvatron_fx.search.planner", "galvatron_fx.zoo",
+           *(f"transformers.models.{f}.modeling_{f}" for f in _HF_FAMILIES))
 
 
 def free_port() -> int:
@@ -94,7 +107,7 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
         for f in files:
             f.unlink(missing_ok=True)
         try:
-            mp.spawn(worker, args=(world, free_port(), str(tmp)), nprocs=world)
+            start(worker, (world, free_port(), str(tmp)), world)
             break
         except mp.ProcessExitedException as e:
             if e.exit_code is not None and e.exit_code >= 0:
@@ -108,6 +121,23 @@ def spawn(worker: Callable, world: int, tmp: Path) -> dict[int, dict]:
                 raise AssertionError(f"{e}{where}") from e
             warnings.warn(f"a spawned rank died by a signal ({e}); running the spawn again ({attempt + 1} of {attempts}){where}", stacklevel=2)
     return {r: json.loads(f.read_text()) for r, f in enumerate(files)}
+
+
+def _with_environment(worker: Callable, environ: dict[str, str], rank: int, *args) -> None:
+    """``worker(rank, *args)`` in the environment the spawning test had (a forked rank would
+    otherwise have the fork server's, fixed when the first rank started)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    worker(rank, *args)
+
+
+def start(worker: Callable, args: tuple, nprocs: int) -> None:
+    """``torch.multiprocessing.spawn``'s contract (``worker(rank, *args)`` on ``nprocs``
+    processes, joined; a failed rank raises ``ProcessExitedException`` / ``ProcessRaisedException``),
+    the ranks forked from the session's fork server (see :data:`PRELOAD`)."""
+    multiprocessing.set_forkserver_preload(list(PRELOAD))
+    mp.start_processes(functools.partial(_with_environment, worker, dict(os.environ)), args=args, nprocs=nprocs,
+                       start_method="forkserver")
 
 
 def _fault_stacks(tmp: Path, rank: int) -> str:

@@ -12,9 +12,9 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
+from galvatron_fx.ir.placements import NodePlacement
 from galvatron_fx.passes.decompose_layer import decompose_layer
 from galvatron_fx.search.intra_layer import PlacementProblem, _Value, evaluate, solve_intra_layer, solve_placement
-from galvatron_fx.search.node_strategies import NodeStrategy
 
 R, P = Replicate(), Partial()
 
@@ -37,7 +37,7 @@ def _random_problem(rng: random.Random, cost_model) -> PlacementProblem:
     strategies, compute = {}, {}
     for n in nodes:
         k = rng.randint(1, 4)
-        ss = {NodeStrategy(tuple(rng.choice(pool) for _ in inputs[n]), (rng.choice(pool[:1] + pool[2:]),))
+        ss = {NodePlacement(tuple(rng.choice(pool) for _ in inputs[n]), (rng.choice(pool[:1] + pool[2:]),))
               for _ in range(k)}
         strategies[n] = sorted(ss, key=str)
         compute[n] = [rng.uniform(0, 1e-3) for _ in strategies[n]]
@@ -201,9 +201,9 @@ def _unrolled(steps: int, cost_model) -> PlacementProblem:
     nodes, strategies, compute, values = [], {}, {}, []
     for i in range(steps):
         nodes += [f"a{i}", f"b{i}"]
-        strategies[f"a{i}"], compute[f"a{i}"] = [NodeStrategy((), (S0,))], [1e-6]
+        strategies[f"a{i}"], compute[f"a{i}"] = [NodePlacement((), (S0,))], [1e-6]
         ins = 1 if i == 0 else 2
-        strategies[f"b{i}"] = [NodeStrategy((R,) * ins, (R,)), NodeStrategy((S0,) * ins, (S0,))]
+        strategies[f"b{i}"] = [NodePlacement((R,) * ins, (R,)), NodePlacement((S0,) * ins, (S0,))]
         compute[f"b{i}"] = [2e-5, 5e-5]
         values.append(_Value(f"a{i}", 0, 2**22, 2, True, [(f"b{i}", 0)]))
         if i:

@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import galvatron_fx as gfx
 from galvatron_fx import zoo
 from galvatron_fx.cost_models import AnalyticCostModel
-from galvatron_fx.search.intra_layer import _fmt, option_from_placements, solve_intra_layer
+from galvatron_fx.search.intra_layer import option_from_placements, solve_intra_layer
 from galvatron_fx.search.node_strategies import _mesh, node_strategies
 
 CLASS_SHARDED = {"_log_softmax": "S(1)->S(1)", "nll_loss_forward": "S(1),R->R,R"}
@@ -35,7 +35,7 @@ def gpt2():
 
 def _strategies(fn, *args) -> dict[str, list[str]]:
     gm = make_fx(fn, tracing_mode="fake")(*args)
-    return {n.name: [_fmt(s) for s in node_strategies(n, _mesh(2), 2)] for n in gm.graph.nodes
+    return {n.name: [str(s) for s in node_strategies(n, _mesh(2), 2)] for n in gm.graph.nodes
             if n.op == "call_function" and n.name in CLASS_SHARDED}
 
 
