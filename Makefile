@@ -22,7 +22,8 @@ demo: venv
 	$(VPY) examples/demo.py
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc-per-node 4 examples/train.py
 
-LINTED := galvatron_fx tests benchmarks examples
+# (tests/dist by name: ruff leaves out what .gitignore matches, and it ignores folders named dist)
+LINTED := galvatron_fx tests tests/dist benchmarks examples
 
 # unit tests (one process each) spread over the cores; then the spawned-gloo tests, whose ranks
 # use the cores themselves, one module at a time

@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime
 import faulthandler
 import functools
-import multiprocessing
 import json
+import multiprocessing
 import os
 import socket
 import sys
@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch.multiprocessing as mp
-
 
 # the directory spawned ranks write a crash's Python stacks to (faulthandler), set by spawn
 FAULT_DIR_ENV = "GFX_TEST_FAULT_DIR"

@@ -158,8 +158,8 @@ def _hosts_case() -> dict:
     import torch.distributed as dist
 
     import galvatron_fx as gfx
-    from galvatron_fx.cluster import host
     from galvatron_fx.build import check_hosts
+    from galvatron_fx.cluster import host
 
     same = check_hosts(gfx.Cluster.local_cpu(2))
     real = host.hostname

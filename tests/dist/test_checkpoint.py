@@ -531,7 +531,7 @@ def test_world4_checkpoint_resumes_at_world2_under_another_plan(world2, world4, 
     import torch
 
     results, tmp = world2
-    r = _ok(results, "resume")
+    _ok(results, "resume")
     w4 = assert_ok(world4[0], "train_save")
     for rank, by_case in results.items():
         c = by_case["resume"]

@@ -17,11 +17,10 @@ noisy-gradient training both curves stay within the gap: the loss does not tell 
 
 from __future__ import annotations
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
 from test_parallel_module import _batches, build, make_plan
-
-import hf_tiny
 
 STEPS = 10
 BF16_LOSS_TOL = 5e-4  # largest |loss − one process's| over the steps (measured 5e-5; fp32 sums 5e-7)

@@ -16,13 +16,23 @@ from __future__ import annotations
 import copy
 import time
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_hf_models import (SPECS, _backend_case, _batches, _captured, _check, _compile_case, _ddp_case,
-                            _param_errors, _plan_case, _sgd, _train)
+from test_hf_models import (
+    SPECS,
+    _backend_case,
+    _batches,
+    _captured,
+    _check,
+    _compile_case,
+    _ddp_case,
+    _param_errors,
+    _plan_case,
+    _sgd,
+    _train,
+)
 from test_parallel_module import make_plan
-
-import hf_tiny
 
 # world 2: per family the strategies that reach what is new in it (experts under tp, ZeRO and
 # pipeline stages; windows, depthwise convolutions, batch statistics)

@@ -16,11 +16,10 @@ import copy
 import math
 import time
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
 from test_parallel_module import MAX_NORM, make_plan
-
-import hf_tiny
 
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
@@ -95,7 +94,6 @@ def _sgd(params):
 def _train(model, run_step, batches, *, micro: int = 1, optim=_adamw) -> dict:
     """``run_step(batch) -> loss`` for 3 steps against a plain copy of ``model`` stepped by
     ``optim`` (``micro`` micro-batches per step, their losses averaged)."""
-    import torch
 
     ref = copy.deepcopy(model)
     ref_opt = optim(ref.parameters())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from harness import assert_ok, init_gloo, run_jobs, spawn
+from harness import init_gloo, run_jobs, spawn
 
 B, T = 4, 16  # runtime micro-batch (global); the model is captured at this shape
 TOL = 1e-5
@@ -43,8 +43,8 @@ def _case(name: str, dp: int, tp: int, sp: str, world: int, prepared: dict) -> d
     import galvatron_fx as gfx
     from galvatron_fx import zoo
     from galvatron_fx.cost_models import AnalyticCostModel
-    from galvatron_fx.runtime.layer_exec import LayerExecutor
     from galvatron_fx.passes.decompose_layer import decompose_layer
+    from galvatron_fx.runtime.layer_exec import LayerExecutor
     from galvatron_fx.search.intra_layer import solve_intra_layer
 
     if name not in prepared:
@@ -92,7 +92,7 @@ def _case(name: str, dp: int, tp: int, sp: str, world: int, prepared: dict) -> d
     i_act = next(i for i, r in enumerate(dl.input_roles) if r == "activation")
     x_act = xs[[r for _, r in ex._inputs].index("activation")]
     res["in_grad_err"] = (x_act.grad.full_tensor() - ref_args[i_act].grad).abs().max().item()
-    for ph, in_name, role, ra in zip(dl.inputs, dl.input_names, dl.input_roles, ref_args):
+    for _ph, in_name, role, ra in zip(dl.inputs, dl.input_names, dl.input_roles, ref_args):
         if role != "param":
             continue
         p = ex.params[fqns[in_name].replace(".", "__")]

@@ -18,12 +18,21 @@ cases.
 
 from __future__ import annotations
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, _batches, build, check_user_loop,
-                                  compare_training, compare_user_loop, make_plan)
-
-import hf_tiny
+from test_parallel_module import (
+    LOOP_STEPS,
+    PARAM_TOL,
+    STEPS,
+    TOL,
+    _batches,
+    build,
+    check_user_loop,
+    compare_training,
+    compare_user_loop,
+    make_plan,
+)
 
 N, Y = "none", True  # spec shorthand: no sp / no recompute; offload on
 

@@ -283,7 +283,7 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
         pm.set_inputs("local")
         d, k = pm.data_parallel_size, pm.data_parallel_rank
         res["dp_size"] = d
-    for step, batch in enumerate(batches):
+    for step, _batch in enumerate(batches):
         group = [batches[(step + j) % len(batches)] for j in range(accumulate)]
         shares = [tuple(x.chunk(d)[k] for x in b) if local else b for b in group]
         if short_form:
@@ -301,6 +301,7 @@ def compare_user_loop(model, pm, batches, m: int, *, short_form: bool = False, l
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+        want = 0.0
         for j, whole in enumerate(group):
             total = 0.0
             for part in micro_losses(ref, whole, m):
@@ -708,11 +709,14 @@ def _compile_more_case(world: int, cache: dict, tmp: str) -> dict:
 
     dump = Path(tmp) / "dump_pp1"
     stems = {lay["name"]: lay["graphs"] for lay in json.loads((dump / "summary.json").read_text())["layers"]}
+    layers = pm.program.layers
+    # (layers of one kind and layout share graphs: the first of them wrote their files)
+    writer = {id(lay.graphs): next(w for w in layers if w.graphs is lay.graphs) for lay in layers}
     out["dump_is_run"] = [
         (lay.name, str(lay.strategy.recompute), ex.lowered is not None and ex.lowered.program is lay.graphs
          and ex.lowered.graphs is not None,
-         readable(lay) == {k: (dump / f"{stems[lay.name]}.{k}.txt").read_text() for k in ("fw", "bw")})
-        for ex, lay in zip(pm.executors, pm.program.layers)]
+         readable(writer[id(lay.graphs)]) == {k: (dump / f"{stems[lay.name]}.{k}.txt").read_text() for k in ("fw", "bw")})
+        for ex, lay in zip(pm.executors, layers)]
     # a pipelined plan from the planner
     model, mg, inputs = cache.get(("gpt-tiny", 4)) or build("gpt-tiny", 4)
     pm = gfx_compile(copy.deepcopy(model), gfx.Cluster.local_cpu(world), inputs, global_batch_size=8,

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, _batches, build, check_user_loop,
-                                  compare_user_loop, make_plan)
+from test_parallel_module import (
+    LOOP_STEPS,
+    PARAM_TOL,
+    STEPS,
+    TOL,
+    _batches,
+    build,
+    check_user_loop,
+    compare_user_loop,
+    make_plan,
+)
 
 Z3 = (2, 1, "none", "none", "zero3")
 Z2 = (2, 1, "none", "none", "zero2")
@@ -236,7 +245,7 @@ def test_the_user_owned_loop_clips_and_schedules_pipelines_like_one_process(requ
     results = request.getfixturevalue(f"world{world}")
     assert_ok(results, f"loop-{key}")
     check_user_loop(results, f"loop-{key}")
-    for rank, by_case in results.items():
+    for by_case in results.values():
         assert "pm.forward_backward(batch)" in by_case[f"loop-{key}"]["call_error"], by_case[f"loop-{key}"]["call_error"]
         assert "larger than this plan runs" in by_case[f"loop-{key}"]["shape_error"], \
             by_case[f"loop-{key}"]["shape_error"]

@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 from harness import free_port
 
 from galvatron_fx.cluster import Cluster, Collective
-from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cluster.host import local_fingerprint
+from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.profiler.hardware_profile import load_profile
 
 WORLD = 2

@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 import time
 
+import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-
-import hf_tiny
 
 STRETCH = 4.0
 WORLD = 4

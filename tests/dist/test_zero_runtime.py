@@ -9,12 +9,19 @@ DDP layer holds. ``GFX_ZERO_ONLY=case,case`` selects cases.
 
 from __future__ import annotations
 
-
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
-from test_parallel_module import (LOOP_STEPS, PARAM_TOL, STEPS, TOL, T, _batches, check_user_loop,
-                                  compare_training, compare_user_loop)
-
+from test_parallel_module import (
+    LOOP_STEPS,
+    PARAM_TOL,
+    STEPS,
+    TOL,
+    T,
+    _batches,
+    check_user_loop,
+    compare_training,
+    compare_user_loop,
+)
 
 # name -> (global batch, num_microbatches, spec); spec: (dp, tp, dp_type) for every layer, or a
 # list for [embedding, blocks..., head, loss] (gpt-tiny: 4 blocks)
