@@ -1,29 +1,15 @@
 """``compile`` — the user's entry: plan (or take a given plan), build the module that runs it, close the loop.
 
 Contract: called on every rank of an initialised process group (``torchrun``) with the same
-model, cluster and arguments. Every rank either returns a ``ParallelModule`` or raises the same
-``PlanError`` (plans that differ between ranks, another world size, a plan made for another
-model): every check whose verdict could differ between ranks is agreed collectively before any
-rank acts on it (:func:`galvatron_fx.runtime.guard.agree`), so a bad plan never leaves some
-ranks waiting in a collective. A plan made for another cluster description is only a warning
-naming the fields that differ (a plan may be moved to an equal cluster on purpose).
+model, cluster and arguments; makes a :class:`~galvatron_fx.build.CompileRequest` of them and
+returns the module :func:`~galvatron_fx.build.build` makes (every rank a module, or every rank the
+same ``PlanError``; the algorithm and ``dump_dir`` are described there), with its session
+(:class:`~galvatron_fx.adapt.ClosedLoop`) attached as ``closed_loop``.
 
 ``timeout`` (seconds, default 5 minutes) limits every collective from here on, in every process
-group (the ranks wait up to 30 minutes for rank 0's plan search): a rank that stops answering (stopped, hung in its data loader, dead) ends every other
-rank with a :class:`~galvatron_fx.errors.RankFailureError` naming it (see
-:mod:`galvatron_fx.runtime.guard`).
-
-Algorithm: capture at the example inputs' shape, plan (or check the given plan: *strategy
-locking*), re-capture at the per-micro-batch global shape the runtime runs
-(``global_batch_size / num_microbatches`` samples, the example inputs sliced or repeated along
-dim 0), check the plan against it, lower it on this rank's meshes
-(:func:`galvatron_fx.passes.lower_program.lower`: the graphs the first step runs), then build the
-module that executes the program. A layer whose saved placements do not name this torch's nodes
-is re-solved on the plan's own cluster, with a warning (a plan that names no cluster is refused).
-``dump_dir``: rank 0 writes the program it lowered there
-(:func:`galvatron_fx.passes.dump_program.write_program`: per layer graph ``<layer>.fw.txt`` /
-``.bw.txt``, ``summary.json`` with ``matches_plan``, every pass's graphs under ``passes/``); in a
-pipelined plan the first rank of each stage writes its stage's under ``stage<k>/``.
+group (the ranks wait up to 30 minutes for rank 0's plan search): a rank that stops answering
+(stopped, hung in its data loader, dead) ends every other rank with a
+:class:`~galvatron_fx.errors.RankFailureError` naming it (see :mod:`galvatron_fx.runtime.guard`).
 """
 
 from __future__ import annotations

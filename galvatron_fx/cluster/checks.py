@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
-from galvatron_fx.cluster import limits
+import galvatron_fx.cluster.limits as limits
 from galvatron_fx.errors import ConfigError
 
 if TYPE_CHECKING:

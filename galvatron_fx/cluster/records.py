@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from galvatron_fx.cluster import limits
+import galvatron_fx.cluster.limits as limits
 from galvatron_fx.cluster.checks import check_keys, read_number
 from galvatron_fx.errors import ConfigError
 

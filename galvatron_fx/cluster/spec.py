@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from galvatron_fx.cluster import limits
-from galvatron_fx.cluster import presets as cluster_presets
+import galvatron_fx.cluster.limits as limits
+import galvatron_fx.cluster.presets as cluster_presets
 from galvatron_fx.cluster.checks import check_keys, read_number, validate_cluster
 from galvatron_fx.cluster.host import (
     cpu_model,

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+import galvatron_fx.cost_models.memory as _memory
+import galvatron_fx.cost_models.pipeline as _pipeline
 from galvatron_fx.cluster import Cluster, Collective
-from galvatron_fx.cost_models import memory as _memory
-from galvatron_fx.cost_models import pipeline as _pipeline
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
 from galvatron_fx.cost_models.memory import LayerMemory, TPShard

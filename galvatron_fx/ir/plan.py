@@ -81,9 +81,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import galvatron_fx.ir.plan_report as plan_report
 from galvatron_fx.cluster import limits
 from galvatron_fx.errors import ConfigError, PlanError
-from galvatron_fx.ir import plan_report
 from galvatron_fx.ir.grad_comm import GradComm
 from galvatron_fx.ir.plan_records import Alternative, Baseline, LayerPlan, LayerPrediction, PlanPrediction, SearchStats
 from galvatron_fx.ir.plan_report import _short_value

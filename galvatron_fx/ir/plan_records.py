@@ -18,6 +18,7 @@ Units
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -34,8 +35,9 @@ class _AsMapping(Mapping):
     """A record that reads as its JSON form too (``stats["search_s"]``, ``dict(stats)``), as plans
     written before it was a record were read."""
 
+    @abc.abstractmethod
     def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The record's plain-JSON form."""
 
     def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key]

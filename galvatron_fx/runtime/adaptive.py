@@ -73,10 +73,10 @@ class AdaptiveMixin:
         """:meth:`galvatron_fx.adapt.ClosedLoop.switch_to`: run ``plan`` from now on (collective)."""
         self._loop("switch_to").switch_to(plan, optimizer, **kw)
 
-    def adapt_after(self, warmup: int = 3, steps: int = 5, threshold: float = 0.05) -> None:
+    def adapt_after(self, *args, **kw) -> None:
         """:meth:`galvatron_fx.adapt.ClosedLoop.adapt_after`: observe, refit and re-plan once after
         ``warmup`` steps."""
-        self._loop("adapt_after").adapt_after(warmup, steps, threshold)
+        self._loop("adapt_after").adapt_after(*args, **kw)
 
     @property
     def adapt_report(self):

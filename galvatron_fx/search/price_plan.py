@@ -66,7 +66,7 @@ def price_plan(plan: ParallelPlan, mg: ModelGraph, cost_model: CostModel) -> Par
     if cand is None:
         raise PlanError(f"{plan.model}: the cost model cannot price this plan")
     return dataclasses.replace(
-        _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, dict(plan.solver_stats),
+        _assemble(mg, cluster, cost_model, cand, plan.predicted.memory_budget_bytes, plan.solver_stats,
                   plan.baseline, plan.precision, plan.model), grad_comm=plan.grad_comm)
 
 

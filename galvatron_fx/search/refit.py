@@ -86,7 +86,7 @@ def in_call_comm_s(plan, cost_model) -> dict[str, tuple[float, float]]:
         full = {"fwd": 0.0, "bwd": 0.0, "step": 0.0}
         for c in lp.collectives:
             if c.group_size > 1 and c.bytes > 0 and c.phase in full:
-                t = cost_model.collective_time_s(c.op, c.bytes, groups[c.axis or ("dp" if c.phase == "step" else "tp")][0])
+                t = cost_model.collective_time_s(c.op, c.bytes, groups[c.axis][0])
                 full[c.phase] += t if c.phase == "step" else m * t
         inside = full["fwd"] + full["bwd"]
         if inside <= 0:
