@@ -165,18 +165,27 @@ def _time_optimizer(params: list, steps: int) -> dict[str, float]:
     sets = {"plain": [p.clone() for p in params], "flat": [torch.zeros(numel)],
             "dtensor": [distribute_tensor(p.clone(), mesh, [Shard(0)]) for p in params]}
     out: dict[str, float] = {"numel": float(numel), "tensors": float(len(params))}
+    opts = {}
     for name, ts in sets.items():
         ps = [torch.nn.Parameter(t) for t in ts]
         for p in ps:
             p.grad = torch.zeros_like(p)
-        opt = torch.optim.AdamW(ps, lr=1e-3)
-        times = []
-        for i in range(steps + 2):
+        opts[name] = torch.optim.AdamW(ps, lr=1e-3)
+    # the three step in turn, round after round, so that a burst of load on a shared host falls on
+    # all of them alike; the per-tensor costs are medians of the rounds' own differences
+    rounds: list[dict[str, float]] = []
+    for i in range(max(steps, 9) + 2):
+        row = {}
+        for name, opt in opts.items():
             t0 = time.perf_counter()
             opt.step()
-            if i >= 2:
-                times.append(time.perf_counter() - t0)
-        out[f"{name}_s"] = statistics.median(times)
+            row[name] = time.perf_counter() - t0
+        if i >= 2:
+            rounds.append(row)
+    for name in sets:
+        out[f"{name}_s"] = statistics.median(r[name] for r in rounds)
+    for name in ("plain", "dtensor"):
+        out[f"{name}_minus_flat_s"] = statistics.median(r[name] - r["flat"] for r in rounds)
     return out
 
 
@@ -198,8 +207,8 @@ def fit_runtime_overhead(flops_s: float, bytes_s: float, batch_sizes: Sequence[i
         raise ConfigError("cpu_runtime: the runtime micro-run failed (see the log); re-run calibrate()")
     opt = runs.pop("optimizer")
     per_element = opt["flat_s"] / opt["numel"]
-    per_tensor = max(0.0, opt["plain_s"] - opt["flat_s"]) / opt["tensors"]
-    per_dtensor = max(0.0, opt["dtensor_s"] - opt["flat_s"]) / opt["tensors"]
+    per_tensor = max(0.0, opt["plain_minus_flat_s"]) / opt["tensors"]
+    per_dtensor = max(0.0, opt["dtensor_minus_flat_s"]) / opt["tensors"]
     cl = default_local_cpu(1)
     rows, per_kernel, per_interp = [], [], []
     roof = ComputeModel(cl, ComputeEfficiency(matmul=flops_s / REFERENCE_FLOPS, memory=bytes_s / REFERENCE_BYTES_S,
