@@ -17,9 +17,7 @@ Terms
   to ``default_local_cpu``'s 20 GFLOP/s and overstate a profiled cluster's compute by its
   measured peak over that.
 - *runtime overhead* ``overhead_s``: per kernel, what a training step through galvatron_fx's
-  runtime costs beyond the roofline (DTensor dispatch, layer executors, autograd, hooks);
-  ``interpreted_overhead_s``, the same for layers the runtime runs op by op through DTensor
-  (selective recomputation needs the per-op dispatch).
+  runtime costs beyond the roofline (DTensor dispatch, layer executors, autograd, hooks).
 - *optimizer step*: AdamW (PyTorch's CPU default, one tensor at a time): seconds per element and
   per tensor, plain and DTensor (a DTensor pays DTensor's dispatch on each of the step's dozen
   kernels; FSDP's shards are DTensors).
@@ -50,8 +48,7 @@ Algorithm
 
 5. :class:`CPURuntimeCostModel` for a cluster of ``N`` processes on one host, ``s = slowdown(N)``:
    compute at ``matmul = flops_s / (peak · s)``, ``memory = bytes_s / (bandwidth · s)``,
-   ``overhead_s · s`` (``interpreted_overhead_s · s`` for a layer under selective
-   recomputation; every compute second stretched alike; process counts not measured take
+   ``overhead_s · s`` (every compute second stretched alike; process counts not measured take
    the nearest measured one, scaled by ``N / N'`` beyond the core count); every collective of a
    group of ``g`` ranks (data-parallel syncs, tensor-parallel redistributions, reshards, sends)
    the cluster's seconds plus the excess measured for groups of ``g`` (a wait per collective,
@@ -84,7 +81,7 @@ from galvatron_fx.cluster import Cluster, Collective
 from galvatron_fx.cost_models import pipeline as _pipeline
 from galvatron_fx.cost_models.base import AnalyticCostModel
 from galvatron_fx.cost_models.communication import CommModel
-from galvatron_fx.cost_models.compute import ComputeEfficiency, ComputeModel
+from galvatron_fx.cost_models.compute import ComputeEfficiency
 from galvatron_fx.cost_models.pipeline import PipelineResult
 from galvatron_fx.errors import ConfigError
 
@@ -108,7 +105,6 @@ class CPURuntimeCalibration:
     flops_s: float  # achieved FLOP/s of one process, one thread (per-node roofline)
     bytes_s: float  # achieved bytes/s
     overhead_s: float  # per kernel, a step through the runtime (lowered layers)
-    interpreted_overhead_s: float = 0.0  # per kernel, layers run op by op through DTensor (selective recompute)
     layer_overhead_s: float = 0.0  # per kernel, eager single layers (reference only)
     optimizer_s_per_element: float = 0.0  # AdamW step, one process: seconds per parameter element
     optimizer_s_per_tensor: float = 0.0  # ... and per plain parameter tensor
@@ -133,8 +129,7 @@ class CPURuntimeCalibration:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ConfigError(f"CPURuntimeCalibration.{name} must be positive, got {v!r}; re-run calibrate()")
-        for name in ("overhead_s", "interpreted_overhead_s", "layer_overhead_s", "optimizer_s_per_element",
-                     "optimizer_s_per_tensor",
+        for name in ("overhead_s", "layer_overhead_s", "optimizer_s_per_element", "optimizer_s_per_tensor",
                      "optimizer_s_per_dtensor"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
@@ -184,8 +179,7 @@ class CPURuntimeCalibration:
         fs = ", ".join(f"{n} ×{v:.2f}" for n, v in sorted(self.fsdp_factor.items()))
         tpf = ", ".join(f"{n} ×{v:.2f}" for n, v in sorted(self.tp_factor.items()))
         return (f"one process {self.flops_s / 1e9:.1f} GFLOP/s, {self.bytes_s / 1e9:.1f} GB/s, runtime "
-                f"{self.overhead_s * 1e6:.1f} µs per kernel ({self.interpreted_overhead_s * 1e6:.1f} op by op through "
-                f"DTensor; eager layers {self.layer_overhead_s * 1e6:.1f}); "
+                f"{self.overhead_s * 1e6:.1f} µs per kernel (eager layers {self.layer_overhead_s * 1e6:.1f}); "
                 f"AdamW {self.optimizer_s_per_element * 1e9:.2f} ns per element + "
                 f"{self.optimizer_s_per_tensor * 1e6:.0f} µs per tensor ({self.optimizer_s_per_dtensor * 1e6:.0f} "
                 f"per DTensor); slowdown by processes {sl}; in-step all-reduce {ar or '-'}; overlap {ov or '-'}; "
@@ -205,7 +199,6 @@ class CPURuntimeCalibration:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint, "cores": self.cores,
                 "flops_s": self.flops_s, "bytes_s": self.bytes_s, "overhead_s": self.overhead_s,
-                "interpreted_overhead_s": self.interpreted_overhead_s,
                 "layer_overhead_s": self.layer_overhead_s, "optimizer_s_per_element": self.optimizer_s_per_element,
                 "optimizer_s_per_tensor": self.optimizer_s_per_tensor,
                 "optimizer_s_per_dtensor": self.optimizer_s_per_dtensor,
@@ -229,7 +222,6 @@ class CPURuntimeCalibration:
             return cls(fingerprint=str(d["fingerprint"]), cores=int(d["cores"]), flops_s=float(d["flops_s"]),
                        bytes_s=float(d["bytes_s"]), overhead_s=float(d["overhead_s"]),
                        layer_overhead_s=float(d.get("layer_overhead_s", 0.0)),
-                       interpreted_overhead_s=float(d.get("interpreted_overhead_s", 0.0)),
                        optimizer_s_per_element=float(d.get("optimizer_s_per_element", 0.0)),
                        optimizer_s_per_tensor=float(d.get("optimizer_s_per_tensor", 0.0)),
                        optimizer_s_per_dtensor=float(d.get("optimizer_s_per_dtensor", 0.0)),
@@ -353,15 +345,6 @@ class CPURuntimeCostModel(AnalyticCostModel):
                                 cal.overlap.get((n, n), max(ov) if ov else None), cal.probe_step_s.get(n))
         self.fsdp_factor = cal.fsdp_factor_for(n)
         self.tp_factor = cal.tp_factor_for(n)
-        # selective recomputation runs its layers op by op through DTensor: their own overhead
-        self.interpreted = ComputeModel(cluster, dataclasses.replace(
-            efficiency(cal, cluster), overhead_s=(cal.interpreted_overhead_s or cal.overhead_s) * self.stretch),
-            dtype=self.precision.compute_dtype)
-
-    def layer_times_s(self, mg, layer, *, batch_fraction=1.0, tp_fraction=1.0, recompute="none", rank=0):
-        model = self.interpreted if str(recompute) == "selective" else self.compute
-        return model.layer_times_s(mg, layer, batch_fraction=batch_fraction, tp_fraction=tp_fraction,
-                                   recompute=recompute, rank=rank)
 
     def collective_time_s(self, collective, nbytes, ranks, *, gap_s=None):
         return self.comm.time_s(collective, nbytes, ranks, gap_s=gap_s)

@@ -88,7 +88,7 @@ def readable(lay: LoweredLayer) -> dict[str, str]:
                       for i, op, _g in lg.hoisted)
     return {"fw": head + hoisted + fw.print_readable(print_output=False),
             "bw": head + (f"# recomputation: {lg.recompute} (forward ops again, tagged recompute)\n"
-                          if lg.recompute_bw is not None else "") + bw.print_readable(print_output=False)}
+                          if lg.recompute != "none" else "") + bw.print_readable(print_output=False)}
 
 
 def _records(rs) -> list[dict]:  # (each of one phase: the list's)

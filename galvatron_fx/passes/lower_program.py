@@ -14,15 +14,17 @@ by the runner (:mod:`galvatron_fx.passes.runner`):
 
 1. ``apply_placements`` — the layer laid out as the plan says and traced with DTensor into the
    joint forward-backward graph of local ops and functional collectives;
-2. ``partition_graphs`` — forward and backward;
-3. ``clean_up_graphs`` — no dead ops or identity views; the collectives recorded;
-4. ``hoist_saved_collectives`` — small saved-value all-reduces taken out of the backward, to be
+2. ``tag_recompute`` — a selectively recomputed layer's forward ops tagged with the policy;
+3. ``partition_graphs`` — forward and backward (a selective layer's backward makes the tagged
+   values again);
+4. ``clean_up_graphs`` — no dead ops or identity views; the collectives recorded;
+5. ``hoist_saved_collectives`` — small saved-value all-reduces taken out of the backward, to be
    launched from forward;
-5. ``fold_input_reductions`` — a dp sum of an exact count over a user input (a mean loss's
+6. ``fold_input_reductions`` — a dp sum of an exact count over a user input (a mean loss's
    count of targets) computed from the whole input, which every rank holds: no collective;
-6. ``schedule_collectives`` — each collective issued as soon as its inputs exist and waited for
+7. ``schedule_collectives`` — each collective issued as soon as its inputs exist and waited for
    where its result is first read;
-7. ``mark_recompute`` — the backward of a recomputed layer with its forward ops again.
+8. ``mark_recompute`` — the backward of a fully recomputed layer with its forward ops again.
 
 Then the program passes: ``bucket_gradients`` (the fused data-parallel communication: DDP
 buckets, FSDP gathers and reduce-scatters per layer) and ``split_stages`` (per stage, the step
@@ -54,7 +56,7 @@ from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
 from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
 from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_collectives_pass
-from galvatron_fx.passes.mark_recompute import mark_recompute_pass
+from galvatron_fx.passes.mark_recompute import mark_recompute_pass, tag_recompute_pass
 from galvatron_fx.passes.partition_graphs import partition_graphs_pass
 from galvatron_fx.passes.runner import PassContext, run_passes
 from galvatron_fx.passes.schedule_collectives import schedule_collectives_pass
@@ -65,8 +67,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LAYER_PASSES", "PROGRAM_PASSES", "fake_mesh", "init_stand_in_group", "lower", "lower_layer"]
 
-LAYER_PASSES = (apply_placements_pass, partition_graphs_pass, clean_up_graphs_pass, hoist_saved_collectives_pass,
-                fold_input_reductions_pass, schedule_collectives_pass, mark_recompute_pass)
+LAYER_PASSES = (apply_placements_pass, tag_recompute_pass, partition_graphs_pass, clean_up_graphs_pass,
+                hoist_saved_collectives_pass, fold_input_reductions_pass, schedule_collectives_pass, mark_recompute_pass)
 PROGRAM_PASSES = (bucket_gradients_pass, split_stages_pass)
 
 _FAKE_MESHES: dict[tuple[int, int], object] = {}

@@ -8,7 +8,8 @@ grad; returns one gradient per parameter and input). The joint graph is not chan
 
 Algorithm: AOTAutograd's default partitioner, the one its own runtime uses, so that the graphs
 are those a first eager step would trace: every forward op stays in forward, and the backward
-keeps what the forward computed.
+keeps what the forward computed — except what selective recomputation tagged
+(:mod:`~galvatron_fx.passes.mark_recompute`, ``tag_recompute``), which the backward makes again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from galvatron_fx.passes.runner import PassContext, graph_pass
 __all__ = ["partition_graphs_pass"]
 
 
-@graph_pass(requires=("joint",), produces=("partitioned",))
+@graph_pass(requires=("joint", "recompute_tags"), produces=("partitioned",))
 def partition_graphs_pass(prog, ctx: PassContext):
     from torch._functorch.partitioners import default_partition
 

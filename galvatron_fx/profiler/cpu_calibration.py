@@ -110,7 +110,7 @@ def measure_once(worlds: Sequence[int], *, batch_sizes: Sequence[int] = (2, 4, 8
         say("timing the probe's layers ...")
         flops_s, bytes_s, layer_overhead_s, measured = fit_rates(batch_sizes, repeats=repeats)
         say("timing the probe through the runtime (one rank) ...")
-        (overhead_s, interp_s), (opt_el, opt_t, opt_dt), rt = fit_runtime_overhead(flops_s, bytes_s,
+        overhead_s, (opt_el, opt_t, opt_dt), rt = fit_runtime_overhead(flops_s, bytes_s,
                                                                        [b for b in batch_sizes if b > 2] or batch_sizes)
         say(f"timing {', '.join(map(str, sorted(set(worlds) - {1})))} processes at once ...")
         slow, raw = measure_slowdown(worlds)
@@ -122,7 +122,7 @@ def measure_once(worlds: Sequence[int], *, batch_sizes: Sequence[int] = (2, 4, 8
                       "loadavg_after": os.getloadavg()[0], "wall_s": time.perf_counter() - t0}
     return CPURuntimeCalibration(
         fingerprint=machine_fingerprint(), cores=os.cpu_count() or 1, flops_s=flops_s, bytes_s=bytes_s,
-        overhead_s=overhead_s, interpreted_overhead_s=interp_s, layer_overhead_s=layer_overhead_s,
+        overhead_s=overhead_s, layer_overhead_s=layer_overhead_s,
         optimizer_s_per_element=opt_el,
         optimizer_s_per_tensor=opt_t, optimizer_s_per_dtensor=opt_dt,
         slowdown=slow, collective_s=coll, collective_close_s=close, probe_step_s=steps, overlap=ov,
@@ -148,7 +148,6 @@ def combine(cals: Sequence[CPURuntimeCalibration], source: str = "") -> CPURunti
         fingerprint=first.fingerprint, cores=first.cores,
         flops_s=med([c.flops_s for c in cals]), bytes_s=med([c.bytes_s for c in cals]),
         overhead_s=med([c.overhead_s for c in cals]), layer_overhead_s=med([c.layer_overhead_s for c in cals]),
-        interpreted_overhead_s=med([c.interpreted_overhead_s for c in cals]),
         optimizer_s_per_element=med([c.optimizer_s_per_element for c in cals]),
         optimizer_s_per_tensor=med([c.optimizer_s_per_tensor for c in cals]),
         optimizer_s_per_dtensor=med([c.optimizer_s_per_dtensor for c in cals]),

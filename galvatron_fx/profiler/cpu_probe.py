@@ -16,9 +16,8 @@ Algorithm
    each layer kind (``profiler.model``'s interleaved timing, medians of ``repeats``), fit the rates
    with :func:`galvatron_fx.profiler.model.fit_efficiency`.
 2. :func:`fit_runtime_overhead`, in a spawned one-rank gloo group: compile the probe at each batch
-   size (with and without selective recomputation), time ``steps`` training steps after warm-up
-   and as many optimizer steps; the overhead is ``(step − optimizer step − roofline) / kernels``,
-   median over batch sizes (the selective run's remaining lowered kernels at ``overhead_s``).
+   size, time ``steps`` training steps after warm-up and as many optimizer steps; the overhead is
+   ``(step − optimizer step − roofline) / kernels``, median over batch sizes.
    AdamW over the probe's parameters, one flat tensor of as many elements and the parameters as
    DTensors gives the seconds per element (the flat tensor), per tensor and per DTensor (the rest
    over the tensor count).
@@ -121,14 +120,13 @@ def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) ->
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
-    out: dict[tuple[int, str] | str, Any] = {}
+    out: dict[int | str, Any] = {}
     try:
         cluster = default_local_cpu(1)
-        for b, rc in ((b, rc) for b in batch_sizes for rc in ("none", "selective")):
+        for b in batch_sizes:
             model, inputs = _probe_model(b)
-            # recompute none: every layer lowered; selective: run op by op through DTensor
             pm = _quiet_compile(model, cluster, inputs, global_batch_size=b,
-                             search={"pp": (1,), "tp": (1,), "recompute": (rc,), "uniform": True})
+                                search={"pp": (1,), "tp": (1,), "recompute": ("none",), "uniform": True})
             opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
             for _ in range(2):
                 pm.train_step(inputs, opt)
@@ -144,8 +142,8 @@ def _runtime_worker(port: int, batch_sizes: Sequence[int], steps: int, queue) ->
                 optim.append(time.perf_counter() - t0)
                 opt.zero_grad(set_to_none=True)
             nparams = sum(p.numel() for p in pm.parameters())
-            out[(b, rc)] = {"step_s": statistics.median(step), "optimizer_s": statistics.median(optim),
-                            "params": nparams, "recompute": [str(lp.strategy.recompute) for lp in pm.plan.layers]}
+            out[b] = {"step_s": statistics.median(step), "optimizer_s": statistics.median(optim),
+                      "params": nparams, "recompute": [str(lp.strategy.recompute) for lp in pm.plan.layers]}
         out["optimizer"] = _time_optimizer([p.detach() for p in pm.parameters()], steps)
     finally:
         dist.destroy_process_group()
@@ -190,9 +188,9 @@ def _time_optimizer(params: list, steps: int) -> dict[str, float]:
 
 
 def fit_runtime_overhead(flops_s: float, bytes_s: float, batch_sizes: Sequence[int] = (4, 8), *,
-                         steps: int = 9) -> tuple[tuple[float, float], tuple[float, float, float], dict[str, Any]]:
-    """``((overhead_s per kernel, lowered and interpreted), (optimizer seconds per element, per
-    tensor, per DTensor), measured)`` (module doc, step 2)."""
+                         steps: int = 9) -> tuple[float, tuple[float, float, float], dict[str, Any]]:
+    """``(overhead_s per kernel, (optimizer seconds per element, per tensor, per DTensor),
+    measured)`` (module doc, step 2)."""
     import torch.multiprocessing as tmp
 
     from galvatron_fx.frontend.capture import capture
@@ -210,31 +208,21 @@ def fit_runtime_overhead(flops_s: float, bytes_s: float, batch_sizes: Sequence[i
     per_tensor = max(0.0, opt["plain_minus_flat_s"]) / opt["tensors"]
     per_dtensor = max(0.0, opt["dtensor_minus_flat_s"]) / opt["tensors"]
     cl = default_local_cpu(1)
-    rows, per_kernel, per_interp = [], [], []
+    rows, per_kernel = [], []
     roof = ComputeModel(cl, ComputeEfficiency(matmul=flops_s / REFERENCE_FLOPS, memory=bytes_s / REFERENCE_BYTES_S,
                                               overhead_s=0.0))
     unit = ComputeModel(cl, ComputeEfficiency(matmul=1e12, memory=1e12, overhead_s=1.0))
-    graphs = {b: capture(*_probe_model(b)) for b in sorted({b for b, _ in runs})}
-    for rc in ("none", "selective"):  # the lowered overhead first: the interpreted fit subtracts it
-        for (b, mode), r in sorted(runs.items()):
-            if mode != rc:
-                continue
-            mg = graphs[b]
-            roofline = kernels = lowered = 0.0
-            for layer, lrc in zip(mg.layers, r["recompute"]):
-                roofline += sum(roof.layer_times_s(mg, layer, recompute=lrc))
-                k = sum(unit.layer_times_s(mg, layer, recompute=lrc))
-                kernels += k if lrc == "selective" or rc == "none" else 0.0
-                lowered += k if lrc != "selective" and rc != "none" else 0.0
-            rest = r["step_s"] - r["optimizer_s"] - roofline
-            if rc == "none":
-                per_kernel.append(max(rest, 0.0) / kernels)
-            else:
-                per_interp.append(max(rest - lowered * statistics.median(per_kernel), 0.0) / kernels)
-            rows.append({"batch": b, "recompute": rc, **{k: v for k, v in r.items() if k != "recompute"},
-                         "roofline_s": roofline, "kernels": round(kernels), "lowered_kernels": round(lowered)})
-    return ((statistics.median(per_kernel), statistics.median(per_interp)), (per_element, per_tensor, per_dtensor),
-            {"runtime_steps": rows, "optimizer": opt})
+    for b, r in sorted(runs.items()):
+        mg = capture(*_probe_model(b))
+        roofline = kernels = 0.0
+        for layer, lrc in zip(mg.layers, r["recompute"]):
+            roofline += sum(roof.layer_times_s(mg, layer, recompute=lrc))
+            kernels += sum(unit.layer_times_s(mg, layer, recompute=lrc))
+        per_kernel.append(max(r["step_s"] - r["optimizer_s"] - roofline, 0.0) / kernels)
+        rows.append({"batch": b, **{k: v for k, v in r.items() if k != "recompute"},
+                     "roofline_s": roofline, "kernels": round(kernels)})
+    return statistics.median(per_kernel), (per_element, per_tensor, per_dtensor), {"runtime_steps": rows,
+                                                                                   "optimizer": opt}
 
 
 # ---------------------------------------------------------------- 3. processes sharing the cores

@@ -167,15 +167,17 @@ class LayerExecutor(nn.Module, PlacedLayer):
 
     # -- lowering -----------------------------------------------------------------------------
 
-    def lower(self, share_with: LayerExecutor | None = None, program=None) -> None:
+    def lower(self, share_with: LayerExecutor | None = None, program=None, *, selective: bool = False) -> None:
         """Run the layer as graphs of local ATen ops and functional collectives
         (:class:`_Lowered`): ``program``'s (its :class:`~galvatron_fx.ir.program.LayerGraphs`),
         else traced at the first call; ``share_with``: an executor of the same kind, option, mesh
-        and parameter storage whose graphs this one runs too (parameters line up by position)."""
+        and parameter storage whose graphs this one runs too (parameters line up by position).
+        ``selective``: a graph traced here recomputes selectively, as the program's does
+        (:func:`~galvatron_fx.ir.recompute.tag_selective`)."""
         if share_with is not None and share_with is not self and share_with.lowered is not None:
             self.lowered = share_with.lowered
         else:
-            self.lowered = _Lowered(self, program)
+            self.lowered = _Lowered(self, program, selective=selective)
 
     def localize(self) -> None:
         """Store each parameter as its plain local shard (``tp`` placement kept as metadata).

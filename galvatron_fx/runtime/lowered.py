@@ -29,6 +29,7 @@ from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from galvatron_fx.ir.recompute import tag_selective
 from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces, simple_form
 from galvatron_fx.runtime.graph_code import graph_callable
@@ -189,8 +190,9 @@ class _Lowered:
     recorded ones are refused (the interpreter handles any layout).
     """
 
-    def __init__(self, ex: LayerExecutor, program=None):
+    def __init__(self, ex: LayerExecutor, program=None, *, selective: bool = False):
         from functorch.compile import aot_function, make_boxed_func
+        from torch._functorch.partitioners import default_partition
 
         self.mesh = ex.mesh
         self.in_specs: list | None = None   # (placements, shape, stride) per input
@@ -212,7 +214,12 @@ class _Lowered:
 
         # AOTAutograd keeps the first trace: one for training, one for no-grad calls
         self._graphs: dict[str, fx.GraphModule] = {}
-        self.fn = {True: aot_function(traced, compiler("fw"), compiler("bw")),
+        def partition(joint, joint_inputs, *, num_fwd_outputs, **kw):
+            if selective:  # the policy as the program's graphs carry it (passes/mark_recompute.py)
+                tag_selective(joint)
+            return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+
+        self.fn = {True: aot_function(traced, compiler("fw"), compiler("bw"), partition_fn=partition),
                    False: aot_function(traced, compiler(None), compiler(None))}
         self.graphs: _GraphPair | None = None  # the training graphs, run without AOT's wrappers
         self._out_grad: list[bool] | None = None  # which outputs of a training call require grad

@@ -60,11 +60,8 @@ from torch.distributed.tensor.placement_types import Placement
 
 from galvatron_fx.errors import ConfigError, PlanError
 from galvatron_fx.ir.graph import ModelGraph
-from galvatron_fx.ir.placements import check_layer_placements
 from galvatron_fx.ir.plan import ParallelPlan
-from galvatron_fx.ir.recompute import checkpoint_fn
-from galvatron_fx.passes.apply_placements import option_from_plan
-from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.ir.recompute import Recompute, checkpoint_fn
 from galvatron_fx.passes.lower_program import lower as lower_program
 from galvatron_fx.runtime import quiet_logs
 from galvatron_fx.runtime.adaptive import AdaptiveMixin
@@ -85,7 +82,7 @@ from galvatron_fx.runtime.weights import WeightsOut
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ParallelModule", "device_type", "finish_step", "option_from_plan"]
+__all__ = ["ParallelModule", "device_type", "finish_step"]
 
 R = Replicate()
 
@@ -167,16 +164,16 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
     """The planned model on this rank: one :class:`LayerExecutor` per layer (see module doc)."""
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, program=None, resolve=None,
-                 lower: bool = True, layers: Sequence[int] | None = None,
+                 layers: Sequence[int] | None = None,
                  meshes: dict[tuple[int, int], DeviceMesh] | None = None, dump_dir=None, keep_model: bool = True):
         """``layers``/``meshes``: build only these layers (a pipeline chunk) on the given ``(dp,
         tp)`` meshes over their stage's ranks (:class:`~galvatron_fx.runtime.pipeline.PipelineModule`
         does); by default every layer of a ``pp == 1`` plan on meshes over all ranks.
         ``program``: the plan lowered on this rank's meshes
-        (:func:`galvatron_fx.passes.lower_program.lower`), else lowered here (``lower=False``:
-        not at all; every layer then runs op by op). ``resolve(layer, decomposed, strategy)``:
-        the option of a layer whose saved placements do not name this torch's nodes (none: such
-        a plan is refused). ``dump_dir``: the lowering's passes dump their graphs there.
+        (:func:`galvatron_fx.passes.lower_program.lower`), else lowered here: each layer runs its
+        program's graphs. ``resolve(layer, decomposed, strategy)``: the option of a layer whose
+        saved placements do not name this torch's nodes, for the lowering (none: such a plan is
+        refused). ``dump_dir``: the lowering's passes dump their graphs there.
         ``keep_model``: hold ``model`` to capture it again at a batch of another shape
         (:mod:`~galvatron_fx.runtime.shapes`; :meth:`release_model` lets it go)."""
         super().__init__()
@@ -207,37 +204,22 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         self._constants = {fqn: t.detach().clone() for fqn, t in mg.constants.items()}
         self._node_fqn = {node: p.name for p in mg.params.values() for node in p.nodes}
         self._is_buffer = {node for p in mg.params.values() if p.is_buffer for node in p.nodes}
-        decomposed: dict[str, DecomposedLayer] = {}
         traced: dict[tuple, LayerExecutor] = {}
-        if lower and program is None:
+        if program is None:
             program = lower_program(mg, plan, mesh_of=lambda _stage, dp, tp: self.mesh(dp, tp), resolve=resolve,
                                     layers=self.layer_ids, dump_dir=dump_dir)
-        self.program = program  # the LoweredProgram this module runs (None: lower=False)
-        lowered_layers = {lay.name: lay for lay in program.layers} if program is not None else {}
+        self.program = program  # the LoweredProgram this module runs
+        lowered_layers = {lay.name: lay for lay in program.layers}
         for i in self.layer_ids:
             layer, lp = mg.layers[i], plan.layers[i]
-            st = lp.strategy
-            mesh = self.mesh(lp.dp, st.tp)
-            if layer.kind not in decomposed:  # (the program decomposed it already)
-                decomposed[layer.kind] = lowered_layers[layer.name].graphs.decomposed \
-                    if layer.name in lowered_layers else decompose_layer(mg, layer)
+            if layer.name not in lowered_layers:
+                raise PlanError(f"the program given for plan {plan.model!r} does not lower layer {layer.name}: "
+                                "lower the plan for this module's layers (galvatron_fx.passes.lower_program.lower)")
+            graphs = lowered_layers[layer.name].graphs
             # layers of one kind share the traced graph; only the names of their inputs differ
-            dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
-            if layer.name in lowered_layers:
-                option = lowered_layers[layer.name].graphs.option
-                self.option_source.append(lowered_layers[layer.name].option_source)
-            else:
-                check_layer_placements(lp.name, lp.placements, dl.gm)  # S(d) within each tensor's rank
-                option = option_from_plan(dl, layer.kind, st, lp.placements)
-                self.option_source.append("plan" if lp.placements else "tp1")
-                if option is None:
-                    if resolve is None:
-                        raise PlanError(f"layer {lp.name}: the plan's placements do not name this torch's decomposed "
-                                        "nodes; re-plan with this torch, or run the plan through galvatron_fx.compile(), "
-                                        "which re-solves such a layer on the plan's cluster")
-                    option = resolve(layer, dl, st)
-                    self.option_source[-1] = "re-solved"
-            ex = _Executor.from_model(mg, layer, option, mesh, model, decomposed=dl)
+            dl = dataclasses.replace(graphs.decomposed, input_names=[a.name for a in mg.layer_inputs(layer)])
+            self.option_source.append(lowered_layers[layer.name].option_source)
+            ex = _Executor.from_model(mg, layer, graphs.option, self.mesh(lp.dp, lp.strategy.tp), model, decomposed=dl)
             ex.compute_dtype = self.compute_dtype if self.compute_dtype != torch.float32 else None
             input_name_of = {ph.name: n for ph, n in zip(dl.inputs, dl.input_names)}
             # per forward input: the value it reads and the tp placement the plan wants
@@ -255,14 +237,15 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         for i, ex in zip(self.layer_ids, self.executors):
             layer, lp = mg.layers[i], plan.layers[i]
             st = lp.strategy
-            if lower and st.recompute != "selective":
-                # one trace per (kind, placements, mesh, storage); selective recompute keeps the
-                # interpreter, whose per-op dispatch the selective policy needs
-                users = tuple(k for k, (name, _) in enumerate(ex.feeds) if name in mg.input_names)
-                key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp, users)
-                graphs = lowered_layers[layer.name].graphs if layer.name in lowered_layers else None
-                ex.lower(share_with=traced.setdefault(key, ex), program=graphs)
-            wrap = checkpoint_fn(st.recompute)
+            # one executor's graphs per (kind, placements, mesh, storage, user inputs, selective
+            # recomputation: its graphs recompute, tagged; full recomputation checkpoints the same
+            # graphs' run below)
+            selective = st.recompute == Recompute.SELECTIVE
+            users = tuple(k for k, (name, _) in enumerate(ex.feeds) if name in mg.input_names)
+            key = (layer.kind, tuple(sorted(ex.option.placements.items())), (lp.dp, st.tp), ex.fsdp, users, selective)
+            ex.lower(share_with=traced.setdefault(key, ex), program=lowered_layers[layer.name].graphs,
+                     selective=selective)
+            wrap = checkpoint_fn(st.recompute) if st.recompute == Recompute.FULL else None
             run = functools.partial(ex, unwrapped=True)
             self._ckpt.append(wrap(run) if wrap is not None else run)
         self._tied = self._tied_groups()  # after sharding: FSDP replaced the parameters

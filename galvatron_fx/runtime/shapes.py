@@ -260,6 +260,7 @@ class ShapeVariants(BatchShapes):
     def _add_variant(self, sig: tuple, mg) -> None:
         """Lower this module's layers of ``mg`` (the model captured at the micro-batch shapes
         ``sig``) under the plan, and cache what the executors swap in for it."""
+        from galvatron_fx.ir.recompute import Recompute
         from galvatron_fx.passes.apply_placements import PlacedLayer
         from galvatron_fx.passes.lower_program import lower as lower_program
         from galvatron_fx.runtime.lowered import _Lowered
@@ -290,7 +291,8 @@ class ShapeVariants(BatchShapes):
                 st["feeds"] = [(names[ph.name], pl[1]) for (ph, _), pl in zip(placed._inputs, placed.input_placements())]
                 self._swap({kk: (st if kk == k else {}) for kk in range(len(self.executors))})
                 if cast("dict[int, dict]", self._base_state)[k]["lowered"] is not None:
-                    st["lowered"] = shared.get(id(graphs)) or _Lowered(ex, program=graphs)
+                    st["lowered"] = shared.get(id(graphs)) or _Lowered(
+                        ex, program=graphs, selective=graphs.recompute == Recompute.SELECTIVE)
                     shared[id(graphs)] = st["lowered"]
                 else:
                     st["lowered"] = None

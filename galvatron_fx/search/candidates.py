@@ -20,7 +20,8 @@ replica sees ``s / dp``):
   (a parameter's gradient at its own size): the ILP's redistributions, or — when the cost model
   sets ``traces_runtime`` — those the layer's lowered program issues forward and backward
   (:mod:`~galvatron_fx.search.lowered_prices`); a loss's own collectives over dp (its normaliser),
-  from its lowering; recomputation runs the forward's collectives again in the backward. Each
+  from its lowering; full recomputation runs the forward's collectives again in the backward
+  (selective keeps their outputs). Each
   choice records what it priced (``collectives``: the plan's ``LayerPlan.collectives``);
 - *dp comm*: the gradient synchronisation of the layer's parameters over its ``dp`` replicas.
   DDP: the runtime sums the plain gradients of all layers of a data-parallel group in buckets
@@ -484,22 +485,25 @@ def _priced(mg, layer, cache, space, opt, *, tp, sp, dp, local, frac, ranks, par
     # be: they always keep their activations, whatever the space
     rcs = (Recompute.NONE,) if layer.role == LayerRole.LOSS or layer.kind in stateful_kinds(mg) else space.recompute
     for rc in rcs:
+        # full recomputation runs the forward's collectives again in backward; selective keeps
+        # their outputs (galvatron_fx.ir.recompute.policy_of)
+        again = rc == Recompute.FULL
         _, bwd_rc = cm.layer_times_s(mg, layer, batch_fraction=frac, recompute=rc, **at_rank(rank)) if rc != Recompute.NONE \
             else (fwd0, bwd0)
         fwd_s, bwd_s = fwd0 * share, bwd_rc * share
         trace = lowered
         events = trace.comm if trace is not None else (opt.comm if opt is not None else ())
-        tp_comm = comm_s(cm, events, frac, tp_ranks, again_fwd=rc != Recompute.NONE,
+        tp_comm = comm_s(cm, events, frac, tp_ranks, again_fwd=again,
                           compute_s={"fwd": fwd_s, "bwd": bwd_s})
         # the backward's transient: lowered, or the captured layer's own (its tp share)
         temp = trace.bwd_transient_bytes if trace is not None else layer.costs.bwd_transient_bytes * af
-        tp_colls = tp_collectives(events, frac, tp, again_fwd=rc != Recompute.NONE)
+        tp_colls = tp_collectives(events, frac, tp, again_fwd=again)
         # a loss's own data-parallel collectives (lowered at dp = 2: per-sample bytes scale from there)
         dp_events = [CommEvent(e.direction, e.value, e.collective, int(e.nbytes * 2 * frac) if e.per_sample
                                else e.nbytes, 0.0, per_sample=False) for e in cache.dp_events(layer)] if dp > 1 else []
-        tp_comm += comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=rc != Recompute.NONE,
+        tp_comm += comm_s(cm, dp_events, 1.0, dp_ranks, again_fwd=again,
                            compute_s={"fwd": fwd_s, "bwd": bwd_s}) if dp_events else 0.0
-        tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=rc != Recompute.NONE, axis="dp")
+        tp_colls += tp_collectives(dp_events, 1.0, dp, again_fwd=again, axis="dp")
         for dpt, offload in itertools.product(space.dp_types, offloads):
             if dp == 1 and dpt != DPType.DDP:
                 continue

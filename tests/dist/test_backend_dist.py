@@ -5,7 +5,7 @@ parameters) trains like the single-process model.
 Spawned once (world 2); every rank runs every case. Per case: the loss of 3 steps, the user's
 gradients after the first backward and the user's parameters after 3 AdamW steps against a plain
 copy of the model (fp32). Cases: hand-made plans (a ZeRO-3 data-parallel plan, which the backend
-runs as DDP; tensor parallel with selective recompute, which runs the interpreter path; Llama
+runs as DDP; tensor parallel with selective recompute, whose lowered graphs recompute; Llama
 with Megatron sequence parallelism), a plan searched by the backend itself (with ``dump_dir``),
 and the errors that must reach every rank.
 """

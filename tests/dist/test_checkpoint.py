@@ -89,7 +89,7 @@ def _tied_diff(pm, opt) -> tuple[int, float]:
     return n, worst
 
 
-def _module(name: str, cache: dict, *, lower: bool = True):
+def _module(name: str, cache: dict):
     """A ParallelModule of gpt-tiny (seed 0) under the plan ``name`` made by the parent."""
     import copy
 
@@ -100,7 +100,7 @@ def _module(name: str, cache: dict, *, lower: bool = True):
     if "model" not in cache:
         cache["model"], inputs = zoo.build("gpt-tiny", batch_size=GBS, seq_len=T, device="cpu", seed=0)
         cache["mg"] = gfx.capture(cache["model"], inputs, annotate=False)  # costs: the plans are made
-    return ParallelModule(copy.deepcopy(cache["model"]), cache["mg"], cache["plans"][name], lower=lower)
+    return ParallelModule(copy.deepcopy(cache["model"]), cache["mg"], cache["plans"][name])
 
 
 # ---- world 4: train, save, keep training -------------------------------------------------------
@@ -109,7 +109,7 @@ def _train_save_case(tmp: Path, cache: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    pm = _module("plan4", cache, lower=False)  # tracing costs more than 13 interpreted steps
+    pm = _module("plan4", cache)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     batches = _batches(GBS, NUM_BATCHES)
     losses = [pm.train_step(b, opt) for b in batches[:BEFORE]]
@@ -164,7 +164,7 @@ def _roundtrip_case(tmp: Path, cache: dict) -> dict:
     pm.save(tmp / "ck2", opt, step=13)
     saved = _snapshot(pm, opt)
     want = [pm.train_step(b, opt) for b in batches]
-    fresh = cache["fresh"] = _module("plan2", cache, lower=False)
+    fresh = cache["fresh"] = _module("plan2", cache)
     fresh_opt = cache["fresh_opt"] = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
     info = fresh.load(tmp / "ck2", fresh_opt)
     out = {"step": info.step, "resharded": info.resharded, "want": want,
@@ -376,7 +376,7 @@ def _unused_case(tmp: Path, cache: dict) -> dict:
     # the two plans name the model differently: a checkpoint belongs to the parameters, not the name
     plans = {t: _plan(mg, 2, (2, 1, t), gbs=GBS, m=1, name=f"gpt-tiny+unused/{t}") for t in ("ddp", "zero3")}
     user = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    pm = cache["unused_pm"] = ParallelModule(copy.deepcopy(model), mg, plans["ddp"], lower=False)
+    pm = cache["unused_pm"] = ParallelModule(copy.deepcopy(model), mg, plans["ddp"])
     sd = pm.state_dict()
     out: dict = {"missing": sorted(set(user) - set(sd)), "extra": sorted(set(sd) - set(user)),
                  "unused_err": _max_err(sd, user, UNUSED)}
@@ -394,7 +394,7 @@ def _unused_case(tmp: Path, cache: dict) -> dict:
     with torch.no_grad():
         for t in (*other.unused.parameters(), other.unused_buf):
             t.add_(1.0)
-    fresh = cache["unused_fresh"] = ParallelModule(other, mg, plans["zero3"], lower=False)
+    fresh = cache["unused_fresh"] = ParallelModule(other, mg, plans["zero3"])
     fresh_opt = cache["unused_fresh_opt"] = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
     out["before_load_err"] = _max_err(fresh.state_dict(), user, UNUSED)
     info = fresh.load(tmp / "ckU", fresh_opt)

@@ -254,6 +254,44 @@ def test_recomputation_runs_the_forward_ops_again_in_the_backward(tiny, a100, tm
     assert bw_ops[:len(fw_ops)] == fw_ops  # the forward's collectives again, first
 
 
+def test_selective_recomputation_is_tags_the_partition_honours(tiny, a100, tmp_path_factory):
+    """A selective layer's graphs recompute by themselves (no checkpoint around them): its
+    forward ops are tagged with the policy, the partition saves the kept kernels' outputs and
+    puts the rest again in the backward, tagged; nothing is run twice but those ops."""
+    import operator
+
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from galvatron_fx.ir.recompute import SAVE_OUTPUTS_OF
+
+    _, prog, summary, out = _program(tiny, a100, "selective", tmp_path_factory)
+    _, plain, _, _ = _program(tiny, a100, "ddp", tmp_path_factory)
+    lg, base = prog.graph_of("blocks.0"), plain.graph_of("blocks.0")
+    assert lg.recompute == "selective" and lg.recompute_bw is None  # (the backward itself recomputes)
+
+    def saved(g):
+        (o,) = [n for n in g.fw.graph.nodes if n.op == "output"]
+        return list(o.args[0])[len(g.trace.out_grad):]
+
+    def packet(n):
+        return getattr(n.target, "_overloadpacket", None)
+
+    mine = saved(lg)
+    assert len(mine) < len(saved(base))
+    # what the forward keeps: parameters, inputs, the kept kernels' outputs (and their items)
+    for v in mine:
+        src = v.args[0] if v.op == "call_function" and v.target is operator.getitem else v
+        assert v.op == "placeholder" or src.op == "placeholder" or packet(src) in SAVE_OUTPUTS_OF, v.format_node()
+    again = [n for n in lg.bw.graph.nodes if n.meta.get("recompute") == CheckpointPolicy.PREFER_RECOMPUTE]
+    assert any("layer_norm" in str(n.target) and "backward" not in str(n.target) for n in again)
+    assert not any(packet(n) in SAVE_OUTPUTS_OF for n in again)  # matmuls are never run twice
+    text = _text(out, "blocks.0.bw.txt")
+    assert "# recomputation: selective" in text
+    assert "ac_graph_id: 1 - PREFER_RECOMPUTE" in text  # (as fx prints a tagged node)
+    blk = next(lay for lay in summary["layers"] if lay["name"] == "blocks.0")
+    assert blk["recompute"] is True and summary["matches_plan"] is True
+
+
 def test_a_pipeline_sends_at_the_end_of_stage_0_and_receives_first_on_stage_1(tiny, a100, tmp_path_factory):
     plan, _, _, out = _program(tiny, a100, "pp", tmp_path_factory)
     s0, s1 = _ops(_text(out, "stage0.txt")), _ops(_text(out, "stage1.txt"))
@@ -302,11 +340,11 @@ def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory):
 
 
 def test_passes_refuse_to_run_out_of_order(tiny, a100):
-    from galvatron_fx.passes.lower_program import LAYER_PASSES
+    from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
     from galvatron_fx.passes.runner import PassContext, PassOrderError, run_pass
 
     with pytest.raises(PassOrderError, match="partitioned"):
-        run_pass(LAYER_PASSES[2], object(), PassContext(produced={"decomposed"}))
+        run_pass(clean_up_graphs_pass, object(), PassContext(produced={"decomposed"}))
 
 
 def test_the_lower_command_writes_the_program_and_says_whether_it_matches(tmp_path, capsys):
