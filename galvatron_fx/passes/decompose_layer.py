@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "param_values", "requires_grad_values"]
+__all__ = ["DecomposedLayer", "check_placements", "decompose_layer", "decomposed_kind", "param_values", "requires_grad_values"]
 
 
 @dataclass
@@ -105,6 +105,22 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
                          param_names={ph.name: fqn[a.name] for ph, a in zip(placeholders, ext) if a.name in fqn})
     _measure_forward(dl)
     return dl
+
+
+def decomposed_kind(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
+    """:func:`decompose_layer` of the first layer of ``layer``'s kind asked for, kept on the
+    captured graph (as its lowerings are) while its nodes and trainable parameters stay as they
+    were: every program lowered from ``mg`` decomposes each kind once. Its input names are the
+    first layer's: callers replace them with their layer's."""
+    key = (len(mg.gm.graph.nodes), id(mg.gm.graph),
+           frozenset(p.name for p in mg.params.values() if p.requires_grad and not p.is_buffer))
+    cache = mg.gm.meta.get("gfx_decomposed")
+    if cache is None or cache[0] != key:
+        kinds: dict[str, DecomposedLayer] = {}
+        cache = mg.gm.meta["gfx_decomposed"] = (key, kinds)
+    if layer.kind not in cache[1]:
+        cache[1][layer.kind] = decompose_layer(mg, layer)
+    return cache[1][layer.kind]
 
 
 def _traced(run, ext: list[fx.Node], grad: set[fx.Node], device: str | None) -> fx.GraphModule:

@@ -53,7 +53,7 @@ from galvatron_fx.ir.strategy import LAYER_MESH_DIMS
 from galvatron_fx.passes.apply_placements import apply_placements_pass, option_from_plan
 from galvatron_fx.passes.bucket_gradients import bucket_gradients_pass
 from galvatron_fx.passes.clean_up_graphs import clean_up_graphs_pass
-from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer
+from galvatron_fx.passes.decompose_layer import DecomposedLayer, decompose_layer, decomposed_kind
 from galvatron_fx.passes.fold_input_reductions import fold_input_reductions_pass
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_collectives_pass
 from galvatron_fx.passes.mark_recompute import mark_recompute_pass, tag_recompute_pass
@@ -192,7 +192,7 @@ def lower(mg: ModelGraph, plan, *, mesh_of: Callable | None = None, dump_dir: st
         layer, lp = mg.layers[i], plan.layers[i]
         st = lp.strategy
         if layer.kind not in decomposed:
-            decomposed[layer.kind] = decompose_layer(mg, layer)
+            decomposed[layer.kind] = decomposed_kind(mg, layer)
         # layers of one kind share the traced graph; only the names of their inputs differ
         dl = dataclasses.replace(decomposed[layer.kind], input_names=[a.name for a in mg.layer_inputs(layer)])
         check_layer_placements(lp.name, lp.placements, dl.gm)

@@ -279,14 +279,17 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
     def _layout_input(self, ex: LayerExecutor, i: int, name: str, tp_p: Placement, env: dict,
                       batched: set[str]) -> DTensor | torch.Tensor:
         """Layer input ``name`` (the executor's input ``i``) laid out for ``ex``: a value of an
-        earlier layer keeps its dp placement (a replicated one with a batch dim, such as a mask
-        made from factories, is split on dp: a local slice) and takes the planned tp one (a
+        earlier layer keeps its dp placement (a replicated one that is a batched value or that the
+        program reads split on dp is split: a local slice) and takes the planned tp one (a
         transition); a full
         tensor (user input, buffer) is distributed, batch-sharded on dp when it is a batched user
         input. A :class:`LocalValue` already in the layout ``ex``'s lowered graph was traced for
         is passed as its local tensor."""
         mesh = ex.mesh
         tp_p = R if isinstance(tp_p, Partial) else tp_p  # a planned P input is made by the executor
+        want = ex.lowered.in_specs[i] if ex.lowered is not None and ex.lowered.in_specs is not None else None
+        # a replicated value the program reads split on dp: each rank takes its rows (no collective)
+        split = want is not None and want[0][0] == Shard(0) and mesh.size(0) > 1
         if name in env:
             v = env[name]
             if isinstance(v, LocalValue):
@@ -295,9 +298,10 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
                 v = env[name] = v.dtensor()
             if isinstance(v, DTensor):
                 dp_p = R if isinstance(v.placements[0], Partial) else v.placements[0]
-                if isinstance(dp_p, Replicate) and name in self.mg.batched and mesh.size(0) > 1 \
-                        and v.shape[0] % mesh.size(0) == 0:
-                    dp_p = Shard(0)  # made whole from factories (a mask, positions): each rank its rows
+                # (made whole from factories, a mask or positions, or by a layer on fewer dp ranks)
+                if isinstance(dp_p, Replicate) and mesh.size(0) > 1 and v.ndim >= 1 and \
+                        v.shape[0] % mesh.size(0) == 0 and (name in self.mg.batched or split):
+                    dp_p = Shard(0)
                 return reshard(v, mesh, (dp_p, tp_p))
             full = v
         elif name in self._is_buffer:
@@ -309,7 +313,8 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             full = full.to(self.compute_dtype)  # mixed precision: float inputs and buffers too
         # every rank holds the same full tensor: each takes its piece, no collective
         # (a batch of one on one dp rank is whole, as the lowering lays it out)
-        dp_p = Shard(0) if name in batched and (mesh.size(0) > 1 or (full.ndim >= 1 and full.shape[0] > 1)) else R
+        dp_p = Shard(0) if name in batched and (mesh.size(0) > 1 or (full.ndim >= 1 and full.shape[0] > 1)) or \
+            (split and full.ndim >= 1 and full.shape[0] % mesh.size(0) == 0) else R
         if ex.lowered is not None and isinstance(tp_p, Replicate) and full.ndim >= 1:
             # the piece straight away, for a graph that takes it (DTensor's even Shard(0) split)
             dp = mesh.size(0)

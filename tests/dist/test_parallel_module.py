@@ -9,6 +9,7 @@ reshard primitive on its own, ``compile``'s world-size and plan-hash checks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 
@@ -418,10 +419,12 @@ def _case(key: str, world: int, cache: dict) -> dict:
     res, ref_step, opt = compare_training(model, pm, batches, m)
     res["option_source"] = pm.option_source
     # the executors run the program lowered before the first step, not a trace of their own
-    res["runs_program"] = [ex.lowered is not None and ex.lowered.program is not None for ex in pm.executors
-                           if ex.lowered is not None]
-    res["lowered_layers"] = [lay.name for lay in pm.program.layers] if pm.program is not None else []
-    res["interpreted"] = [lp.name for lp in plan.layers if lp.strategy.recompute == "selective"]
+    res["runs_program"] = [ex.lowered is not None and ex.lowered.program is not None for ex in pm.executors]
+    res["lowered_layers"] = [lay.name for lay in pm.program.layers]
+    # a selective layer's graphs recompute by themselves: no checkpoint around its run
+    res["selective_bare"] = [ex.lowered.program.recompute == "selective" and isinstance(run, functools.partial)
+                             for ex, run, lp in zip(pm.executors, pm._ckpt, plan.layers)
+                             if lp.strategy.recompute == "selective"]
     res["num_params"] = len(list(pm.parameters()))
     res["num_model_params"] = len(list(model.parameters()))
     if key == TIMED and world == 2:
@@ -835,19 +838,18 @@ def test_executors_follow_the_saved_plan(world4):
 
 @pytest.mark.parametrize("key", list(CASES[2]))
 def test_the_runtime_runs_the_lowered_program(world2, key):
-    """Every lowered executor runs its layer's program (made by the passes before the first
-    step), through training, without tracing its own; a layer under selective recomputation
-    runs op by op (its policy needs each op dispatched), the others all lowered."""
+    """Every executor runs its layer's program (made by the passes before the first step),
+    through training, without tracing its own; a layer under selective recomputation too (its
+    backward graph recomputes, tagged; no checkpoint around it)."""
     r = assert_ok(world2, key)
     assert all(r["runs_program"]), (key, r["runs_program"])
-    assert len(r["runs_program"]) == len(r["lowered_layers"]) - len(r["interpreted"]), key
+    assert len(r["runs_program"]) == len(r["lowered_layers"]), key
+    assert all(r["selective_bare"]) and (bool(r["selective_bare"]) == ("selective" in key)), r["selective_bare"]
 
 
 def test_compile_dumps_the_program_it_runs(world2):
     r = assert_ok(world2, "compile_more")
-    # (a layer under selective recomputation still runs op by op: its policy needs each op dispatched)
-    assert r["dump_is_run"] and all(ran or mode == "selective" for _name, mode, ran, _same in r["dump_is_run"]), \
-        r["dump_is_run"]
+    assert r["dump_is_run"] and all(ran for _name, _mode, ran, _same in r["dump_is_run"]), r["dump_is_run"]
     assert all(same for *_, same in r["dump_is_run"]), r["dump_is_run"]  # the files hold the graphs that ran
     d = r["dump_pp1"]
     assert d["layers"] == r["pp1_layers"] and "summary.json" in d["files"] and "passes" in d["files"]
