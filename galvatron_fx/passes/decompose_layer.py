@@ -107,13 +107,19 @@ def decompose_layer(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
     return dl
 
 
+def _graph_state(mg: ModelGraph) -> tuple:
+    """What the graph-level caches on ``mg.gm.meta`` depend on: the graph (its identity and node
+    count) and which parameters are trainable."""
+    return (len(mg.gm.graph.nodes), id(mg.gm.graph),
+            frozenset(p.name for p in mg.params.values() if p.requires_grad and not p.is_buffer))
+
+
 def decomposed_kind(mg: ModelGraph, layer: LayerInfo) -> DecomposedLayer:
     """:func:`decompose_layer` of the first layer of ``layer``'s kind asked for, kept on the
     captured graph (as its lowerings are) while its nodes and trainable parameters stay as they
     were: every program lowered from ``mg`` decomposes each kind once. Its input names are the
     first layer's: callers replace them with their layer's."""
-    key = (len(mg.gm.graph.nodes), id(mg.gm.graph),
-           frozenset(p.name for p in mg.params.values() if p.requires_grad and not p.is_buffer))
+    key = _graph_state(mg)
     cache = mg.gm.meta.get("gfx_decomposed")
     if cache is None or cache[0] != key:
         kinds: dict[str, DecomposedLayer] = {}
@@ -135,8 +141,7 @@ def requires_grad_values(mg: ModelGraph) -> set[str]:
     """Names of the captured graph's values that require grad in training (kept on the graph,
     for its nodes and trainable parameters as they are: a graph rewritten or a parameter frozen
     since is looked at anew)."""
-    key = (len(mg.gm.graph.nodes), id(mg.gm.graph),
-           frozenset(p.name for p in mg.params.values() if p.requires_grad and not p.is_buffer))
+    key = _graph_state(mg)
     cache = mg.gm.meta.get("gfx_requires_grad")
     if cache is None or cache[0] != key:
         cache = mg.gm.meta["gfx_requires_grad"] = (key, {n.name for n in _requires_grad(mg)})
