@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import copy
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -34,10 +34,20 @@ from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused
 from galvatron_fx.passes.hoist_saved_collectives import hoist_saved_all_reduces, simple_form
 from galvatron_fx.runtime.graph_code import graph_callable
 
-if TYPE_CHECKING:  # (layer_exec imports this module)
+if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import GroupName
 
-    from galvatron_fx.runtime.layer_exec import LayerExecutor
+
+class _Layer(Protocol):
+    """What a lowered layer reads of the executor that runs it
+    (:class:`~galvatron_fx.runtime.layer_exec.LayerExecutor`, which imports this module)."""
+
+    mesh: DeviceMesh
+    written_values: list
+
+    def local_function(self, in_specs, record) -> Callable: ...
+
+    def local_params(self) -> list[torch.Tensor]: ...
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +200,7 @@ class _Lowered:
     recorded ones are refused (the interpreter handles any layout).
     """
 
-    def __init__(self, ex: LayerExecutor, program=None, *, selective: bool = False):
+    def __init__(self, ex: _Layer, program=None, *, selective: bool = False):
         from functorch.compile import aot_function, make_boxed_func
         from torch._functorch.partitioners import default_partition
 
@@ -244,7 +254,7 @@ class _Lowered:
         self.whole_inputs = []
         self.out_specs, self.out_tree, self.out_consts, self._out_grad = None, None, {}, None
 
-    def __call__(self, ex: LayerExecutor, xs, *, unwrapped: bool = False, wholes=()):
+    def __call__(self, ex: _Layer, xs, *, unwrapped: bool = False, wholes=()):
         """Run on ``xs``: DTensors, or plain local tensors already in the recorded layout of
         their position (:class:`LocalValue` handed on by the caller, which checked
         :meth:`accepts`). ``unwrapped``: return DTensor outputs as :class:`LocalValue` (no

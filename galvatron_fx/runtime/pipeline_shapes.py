@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -32,10 +32,21 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.distributed.pipelining.stage import _PipelineStageBase
 
-    from galvatron_fx.runtime.pipeline import _Chunk
     from galvatron_fx.runtime.precision import LossScaler
 
 log = logging.getLogger(__name__)
+
+
+class _Chunk(Protocol):
+    """What this module reads of the host's chunks (``runtime.pipeline._Chunk``, whose module
+    imports this one): their body (a ``ParallelModule`` with its shape variants), the values they
+    take and give, and their layout."""
+
+    body: Any
+    layout: dict
+    in_names: list[str]
+    out_names: list[str]
+    is_last: bool
 
 __all__ = ["PipelineShapes"]
 
@@ -81,7 +92,7 @@ class PipelineShapes(BatchShapes):
             ins = tuple(self._example(mg, n, chunk.layout) for n in chunk.in_names)
             outs = (torch.empty(1, device=self.device, requires_grad=True),) if chunk.is_last else \
                 tuple(self._example(mg, n, chunk.layout) for n in chunk.out_names)
-            stages.append(PipelineStage(chunk, c, nchunks, self.device, input_args=ins, output_args=outs,
+            stages.append(PipelineStage(cast("nn.Module", chunk), c, nchunks, self.device, input_args=ins, output_args=outs,
                                         group=self.pp_group))
 
         def loss_fn(out, _target):
