@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from galvatron_fx.runtime.meshes import device_type
+
 if TYPE_CHECKING:
     from galvatron_fx.ir.graph import ModelGraph
     from galvatron_fx.ir.plan import ParallelPlan
@@ -112,7 +114,7 @@ def _optimizer_state_by_fqn(pm: nn.Module, optimizer: torch.optim.Optimizer) -> 
             merged.setdefault(fqn, v)
     out: dict[str, dict[str, Any]] = {}
     device = next((t.device for t in pm.parameters()), torch.device("cpu"))
-    if torch.cuda.is_available() and dist.get_backend() == "nccl":
+    if device_type() == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     for fqn in sorted(merged):
         keys, _gi = merged[fqn]

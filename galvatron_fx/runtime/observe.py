@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from galvatron_fx.runtime.hooks import Hooks
+from galvatron_fx.runtime.meshes import device_type
 
 __all__ = ["LINK_PROBE_BYTES", "Observations", "finish", "probe_links", "start"]
 
@@ -135,7 +136,7 @@ class _Recorder:
     def __init__(self, pm):
         self.pm = pm
         self.left = 0
-        self.cuda = torch.cuda.is_available() and dist.get_backend() == "nccl"
+        self.cuda = device_type() == "cuda"
         self.tl = _Timeline(self.cuda)
         self.records: list[dict] = []
         self.peak_bytes: int | None = None
@@ -270,8 +271,7 @@ def probe_links(pm) -> list[tuple[str, int, tuple[int, ...], float]]:
     from galvatron_fx.runtime.checkpoint.slots import bodies_of
 
     out = []
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() and \
-        dist.get_backend() == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if device_type() == "cuda" else torch.device("cpu")
     groups = []
     if dist.get_world_size() > 1:  # the whole world: the links another plan's groups would use
         groups.append(dist.group.WORLD)
