@@ -306,7 +306,8 @@ def build(request: CompileRequest):
     mg = _captured_everywhere(lambda: gfx.capture(runtime_model, args, loss_fn, example_kwargs=kwargs))
     if given:
         _check_given(plan, mg, model, args, kwargs, loss_fn, cluster)
-    _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
+    if mg.batch_scaling is None:  # (the capture probes at twice its batch itself; this when it could not)
+        _find_batched(mg, runtime_model, example_inputs, example_kwargs, loss_fn, 2 * micro)
     mine = _my_dump_dir(plan, request.dump_dir)
     from galvatron_fx.runtime.pipeline import PipelineModule
 

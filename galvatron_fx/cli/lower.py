@@ -54,7 +54,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return capture(model, a, example_kwargs=kw, name=source.name, annotate=annotate)
 
     mg = captured(micro)
-    mark_batched(mg, captured(2 * micro, annotate=False))
+    if mg.batch_scaling is None:  # (the capture probes at twice its batch itself; this when it could not)
+        mark_batched(mg, captured(2 * micro, annotate=False))
     # the plan's hash is of the fp32 model's graph
     problem = model_mismatch(plan, mg if plan.precision == "fp32" else captured(micro, compute=False, annotate=False))
     if problem:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from functorch.compile import aot_function, make_boxed_func
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.utils._pytree import tree_flatten, tree_map
@@ -42,7 +43,6 @@ class Trace:
     joint: fx.GraphModule | None = None
     joint_inputs: object = None
     num_fwd_outputs: int = 0
-    aot_graphs: dict = field(default_factory=dict)  # "fw"/"bw" -> what AOTAutograd's compilers got
     # positions of the (non-parameter) inputs the layer writes in place, whose new values the
     # forward returns after its outputs (trace_local)
     buffer_inputs: list = field(default_factory=list)
@@ -60,8 +60,8 @@ def _fake_local(v: torch.Tensor, mesh: DeviceMesh, placements, dtype: torch.dtyp
 def trace_placed(placed, *, trainable: set[str] | None = None, inputs: set[str] | frozenset = frozenset(),
                  batched: set[str] | frozenset = frozenset(), propagated: set[str] | frozenset = frozenset(),
                  param_dtype: torch.dtype | None = None) -> Trace:
-    """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph,
-    and the graphs AOTAutograd's partitioner made of it. Parameters are read as fake local
+    """Trace ``placed`` forward and backward on fake tensors (see module doc): the joint graph
+    (:mod:`~galvatron_fx.passes.partition_graphs` splits it). Parameters are read as fake local
     shards of their captured dtype (``param_dtype``: another), those whose FQN is in
     ``trainable`` (default: all) requiring grad; inputs in the compute dtype, laid out as
     :meth:`PlacedLayer.input_placements` says for ``inputs`` and ``batched``."""
@@ -136,25 +136,41 @@ def _input_specs(placed, inputs, batched, propagated) -> Trace:
     return rec
 
 
+class _JointTraced(Exception):
+    """Raised from the partition callback once AOTAutograd has traced the joint graph: what
+    follows there (partitioning, compiling, running both graphs on fake tensors) is work the
+    lowering does not use; :mod:`~galvatron_fx.passes.partition_graphs` partitions it."""
+
+
+def _differentiable_outputs(joint: fx.GraphModule, num_outputs: int) -> list[bool]:
+    """Which of the traced function's ``num_outputs`` outputs require grad: those the joint
+    graph takes a tangent for (AOTAutograd's descriptors name each tangent's output)."""
+    from torch._functorch._aot_autograd.descriptors import PlainAOTOutput, TangentAOTInput
+
+    with_tangent = {n.meta["desc"].output.idx for n in joint.graph.find_nodes(op="placeholder")
+                    if isinstance(n.meta.get("desc"), TangentAOTInput)
+                    and isinstance(n.meta["desc"].output, PlainAOTOutput)}
+    return [i in with_tangent for i in range(num_outputs)]
+
+
 def _aot_trace(placed, fn, rec: Trace, trainable, param_dtype) -> Trace:
     """``fn(*param_shards, *input_locals)`` traced forward and backward by AOTAutograd on fake
-    local tensors laid out as ``rec.in_specs`` says; the joint graph and the partitioned ones
-    recorded on ``rec``."""
-    from functorch.compile import aot_function, make_boxed_func
-    from torch._functorch.partitioners import default_partition
+    local tensors laid out as ``rec.in_specs`` says; the joint graph recorded on ``rec``, and
+    which outputs require grad (from the joint's tangents; from a run when nothing does)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    returned: list[int] = []
+
+    def counted(*flat):
+        outs = fn(*flat)
+        returned[:] = [len(outs)]
+        return outs
 
     def partition(joint, joint_inputs, *, num_fwd_outputs, **kw):
         rec.joint, rec.joint_inputs, rec.num_fwd_outputs = joint, joint_inputs, num_fwd_outputs
-        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+        raise _JointTraced
 
-    def compiler(slot):
-        def keep(gm, _example_inputs):
-            rec.aot_graphs[slot] = gm
-            return make_boxed_func(gm.forward)
-        return keep
-
-    traced = aot_function(fn, compiler("fw"), compiler("bw"), partition_fn=partition)
+    traced = aot_function(counted, make_boxed_func, make_boxed_func, partition_fn=partition)
     with FakeTensorMode(allow_non_fake_inputs=True):
         params = []
         for key, (fqn, _, ph) in placed.param_keys.items():
@@ -165,9 +181,11 @@ def _aot_trace(placed, fn, rec: Trace, trainable, param_dtype) -> Trace:
         xs = [_fake_local(ph.meta["val"], placed.mesh, pl, dt, grad)
               for (ph, _), pl, dt, grad in zip(placed._inputs, [s[0] for s in rec.in_specs], rec.in_dtypes,
                                                placed.input_grads)]
-        outs = traced(*params, *xs)
-        rec.out_grad = [t.requires_grad for t in outs]
-        need = [o for o in outs if o.requires_grad]
-        if need:  # AOTAutograd compiles the backward at the first backward
-            torch.autograd.backward(need, [torch.ones_like(o) for o in need])
+        try:
+            outs = traced(*params, *xs)
+        except _JointTraced:
+            assert rec.joint is not None  # (recorded before it was raised)
+            rec.out_grad = _differentiable_outputs(rec.joint, returned[0])
+        else:  # no gradient to trace: AOTAutograd ran the inference graph
+            rec.out_grad = [t.requires_grad for t in outs]
     return rec

@@ -201,7 +201,11 @@ def test_values_made_whole_with_a_batch_dim_are_found_batched():
 
     model, batch = hf_tiny.build("llama")
     mg = gfx.capture(model, (), example_kwargs=batch)
+    # the capture probes at twice its batch itself (what compile() relies on): a probe capture
+    # made apart finds the same
+    own, scaling = set(mg.batched), mg.batch_scaling
     found = mark_batched(mg, gfx.capture(model, (), example_kwargs=hf_tiny.batch("llama", 8), annotate=False))
+    assert scaling is not None and found == own and mg.batch_scaling == scaling
     by_name = mg.nodes_by_name()
     crossing = {x for l in mg.layers[1:] for x in l.input_names if x in by_name and by_name[x].op != "placeholder"}
     masks = [x for x in crossing if by_name[x].meta["val"].dtype == torch.bool]

@@ -319,24 +319,65 @@ def test_dumps_name_parameters_and_the_runner_dumps_every_pass(tiny, a100, tmp_p
             assert set(c) == {"op", "group_size", "bytes"} and c["bytes"] > 0
 
 
-def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory):
-    _, prog, _, _ = _program(tiny, a100, "tp+megatron", tmp_path_factory)
+def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory, monkeypatch):
+    """The program's graphs are those AOTAutograd's own runtime would run: each layer traced again
+    to the end (partitioned, compiled, run forward and backward on fake tensors) gives the same
+    ops, and its outputs require grad where the lowering read it off the joint's tangents."""
+    import torch
+    from torch._functorch.partitioners import default_partition
+
+    from galvatron_fx.passes import trace_layer
     from galvatron_fx.passes.clean_up_graphs import drop_identity_views, drop_unused_ops
     from galvatron_fx.passes.schedule_collectives import schedule_collectives
 
+    aot: dict[int, dict] = {}  # id(joint) -> what AOTAutograd's compilers got, and its outputs' requires_grad
+
+    def to_the_end(fn, _fw, _bw, partition_fn):
+        seen: dict = {}
+
+        def partition(joint, joint_inputs, *, num_fwd_outputs, **kw):
+            with pytest.raises(trace_layer._JointTraced):  # (the lowering's own callback stops there)
+                partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+            seen["joint"] = id(joint)
+            return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+
+        def keep(slot):
+            def compiler(gm, _example):
+                seen[slot] = gm
+                return make_boxed_func(gm.forward)
+            return compiler
+
+        traced = aot_function(fn, keep("fw"), keep("bw"), partition_fn=partition)
+
+        def call(*args):
+            outs = traced(*args)
+            need = [o for o in outs if o.requires_grad]
+            torch.autograd.backward(need, [torch.ones_like(o) for o in need])
+            aot[seen["joint"]] = {"fw": seen["fw"], "bw": seen["bw"], "out_grad": [o.requires_grad for o in outs]}
+            raise trace_layer._JointTraced  # (as the lowering's callback would have)
+        return call
+
+    from functorch.compile import aot_function, make_boxed_func
+
+    monkeypatch.setattr(trace_layer, "aot_function", to_the_end)
+    plan = _plan(tiny, a100, "tp+megatron")
+    prog = lower(tiny, plan, dump_dir=tmp_path_factory.mktemp("aot_own"))
+    assert len(aot) == len(prog.layer_graphs)
     for lg in prog.layer_graphs.values():
+        theirs = aot[id(lg.trace.joint)]
+        assert lg.trace.out_grad == theirs["out_grad"], lg.name
         for slot, mine in (("fw", lg.fw), ("bw", lg.bw)):
-            theirs = lg.trace.aot_graphs[slot]
-            drop_unused_ops(theirs)
-            if drop_identity_views(theirs):
-                drop_unused_ops(theirs)
-            schedule_collectives(theirs)  # (the program's collectives are scheduled: the same nodes, reordered)
+            gm = theirs[slot]
+            drop_unused_ops(gm)
+            if drop_identity_views(gm):
+                drop_unused_ops(gm)
+            schedule_collectives(gm)  # (the program's collectives are scheduled: the same nodes, reordered)
             ops = lambda g: [str(n.target) for n in g.graph.nodes if n.op == "call_function"]  # noqa: E731
             if slot == "bw" and lg.hoisted:
                 continue  # (the program's backward lost its hoisted all-reduces)
             if slot == "fw" and lg.whole_inputs:
                 continue  # (and its forward its folded counts: test_a_data_parallel_count_...)
-            assert ops(mine) == ops(theirs), (lg.name, slot)
+            assert ops(mine) == ops(gm), (lg.name, slot)
 
 
 def test_passes_refuse_to_run_out_of_order(tiny, a100):
