@@ -71,17 +71,18 @@ def _record(out: Path, scenario: str, rank: int, p: subprocess.Popen) -> dict:
 
 @pytest.mark.slow
 def test_a_stopped_rank_ends_the_job_within_a_longer_compile_timeout(tmp_path):
-    """compile(timeout=20) as a user sets it: a rank stopped (SIGSTOP) before step 3 ends the
-    other within the timeout and 10 s, naming it."""
-    procs = _launch("stop", tmp_path, timeout_s=20.0)
+    """compile(timeout=12) as a user sets it (above twice the 5 s cap on the grace a survivor
+    waits for the others' posts): a rank stopped (SIGSTOP) before step 3 ends the other within
+    the timeout and 10 s, naming it."""
+    procs = _launch("stop", tmp_path, timeout_s=12.0)
     try:
         _wait(procs[0], 240)
     finally:
         _end(procs)
     r0 = _record(tmp_path, "stop", 0, procs[0])
     assert r0["outcome"] == "RankFailureError" and "rank 1 stopped answering" in r0["message"], r0
-    assert r0["fault_to_error_s"] <= 20.0 + 10.0, r0
-    print(f"\nSIGSTOP, compile(timeout=20): the survivor ended {r0['fault_to_error_s']:.2f} s into the step")
+    assert r0["fault_to_error_s"] <= 12.0 + 10.0, r0
+    print(f"\nSIGSTOP, compile(timeout=12): the survivor ended {r0['fault_to_error_s']:.2f} s into the step")
 
 
 @pytest.fixture(scope="module")

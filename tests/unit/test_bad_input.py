@@ -187,6 +187,7 @@ CLUSTER_BAD = [
 ]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("where,value,field,rng", CLUSTER_BAD, ids=[f"{b[2]}={b[1]!r}"[:40] for b in CLUSTER_BAD])
 def test_absurd_cluster_numbers_name_the_field_and_its_range(where, value, field, rng):
     d = _cluster_dict()
@@ -232,6 +233,7 @@ PLAN_BAD = [
 ]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("where,value,field,rng", PLAN_BAD, ids=[f"{b[2]}={b[1]!r}"[:40] for b in PLAN_BAD])
 def test_absurd_plan_numbers_name_the_field_and_its_range(tp2, where, value, field, rng):
     t0 = time.perf_counter()
@@ -242,6 +244,7 @@ def test_absurd_plan_numbers_name_the_field_and_its_range(tp2, where, value, fie
     assert time.perf_counter() - t0 < 5
 
 
+@pytest.mark.timing
 def test_a_plan_built_for_a_huge_world_is_refused_before_any_work(tp2):
     # (at 10**10, the set of all ranks the invariants built exhausted memory; 2**21 shows the
     # check without that risk)

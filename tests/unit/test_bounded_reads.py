@@ -23,6 +23,7 @@ def _zero_link(path):
     return path
 
 
+@pytest.mark.timing
 def test_a_plan_or_cluster_file_that_never_ends_or_nests_too_deep_is_refused(tmp_path):
     for bad in (_zero_link(tmp_path / "plan.json"), ZERO):
         t0 = time.perf_counter()
@@ -61,6 +62,7 @@ def test_a_runs_report_and_metrics_are_read_bounded_and_checked(tmp_path):
     assert read_run(run)["metrics"] == [{"step": 1, "compute_density": [0.5]}]  # only figures are kept
 
 
+@pytest.mark.timing
 def test_a_hugging_face_config_no_model_has_is_refused_before_building(tmp_path):
     from galvatron_fx.frontend import model_source
 
@@ -106,6 +108,7 @@ def test_a_checkpoint_manifest_that_never_ends_is_refused(tmp_path):
         read_manifest(tmp_path / "ck")
 
 
+@pytest.mark.timing
 def test_dcp_metadata_that_never_ends_is_refused(tmp_path):
     from galvatron_fx.runtime.checkpoint.files import read_dcp_metadata
 

@@ -36,6 +36,7 @@ def test_names_that_reach_outside_are_refused(tmp_path, name):
         ck.verify(d)
 
 
+@pytest.mark.timing
 def test_a_device_or_link_is_refused_at_once(tmp_path):
     """``../../dev/zero`` of size 0 used to make ``verify`` hash forever; a link inside the
     directory to a file outside it read that file."""

@@ -44,6 +44,7 @@ def build(batch_size, seq_len, device):
 '''
 
 
+@pytest.mark.timing
 def test_help_answers_without_importing_torch():
     code = ("import sys\nfrom galvatron_fx.cli import main\n"
             "for argv in (['--help'], ['plan', '--help'], ['inspect', '--help'], ['--version']):\n"

@@ -165,6 +165,7 @@ def test_recompute_adds_backward_time(graphs):
     assert bf - b0 >= 0.5 * f0
 
 
+@pytest.mark.timing
 def test_layer_times_are_cheap_after_first_call(graphs):
     mg = graphs(4)
     cm = ComputeModel(Cluster.preset("h200"))
@@ -202,6 +203,7 @@ def test_efficiency_json_round_trip(tmp_path):
 
 
 # ---------------------------------------------------------------- calibration
+@pytest.mark.timing
 def test_calibrated_model_predicts_held_out_batch(graphs, calibrated):
     cluster, eff, cache_dir = calibrated
     assert eff.matmul > 0 and eff.memory > 0 and 1e-6 < eff.overhead_s < 1e-3
@@ -232,6 +234,7 @@ def test_calibrated_model_predicts_held_out_batch(graphs, calibrated):
         assert abs(fe) <= tol and abs(be) <= tol, report
 
 
+@pytest.mark.timing
 def test_calibration_is_cached(graphs, calibrated, monkeypatch):
     cluster, eff, cache_dir = calibrated
 

@@ -222,6 +222,7 @@ def test_combine_takes_field_by_field_medians():
     assert [r["i"] for r in cal.measured["runs"]] == [0, 1, 2]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_real_calibration_fits_the_probe_and_measures_the_machine(tmp_path):
     cal = cpu_calibration.calibrate(cache_dir=tmp_path, worlds=(2,), runs=1, batch_sizes=(2, 4), repeats=3)
@@ -258,6 +259,7 @@ def test_the_slowdown_can_be_measured_again_for_the_load_of_now(monkeypatch):
     assert efficiency(now, default_local_cpu(2)).overhead_s == pytest.approx(40e-6 * 1.5)
 
 
+@pytest.mark.timing
 def test_compute_density_counts_operators_not_waiting():
     """A step's compute: the union of its operators' intervals less the communication inside
     them; time outside every operator (sleeping, blocked) is not computing."""

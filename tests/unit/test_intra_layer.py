@@ -154,6 +154,7 @@ def test_memory_lean_variant_shards_every_matrix(blocks, cost_model):
     assert fast.objective_s <= lean.objective_s + 1e-12
 
 
+@pytest.mark.timing
 def test_solves_are_fast(blocks, cost_model):
     mg, layer, dl = blocks[("llama2-7b", "blocks")]
     opt = solve_intra_layer(mg, layer, 4, "megatron", cost_model, decomposed=dl)
@@ -287,6 +288,7 @@ def test_nodes_with_one_strategy_key_have_one_strategy_list(family):
                 assert node_strategies(n, mesh, tp) == first, (n.format_node(), group[0].format_node())
 
 
+@pytest.mark.timing
 def test_partial_gradients_through_views_keep_the_ilp_fast(cost_model):
     """T5's decoder block at tp 8 (12 heads: no head split, so many near-equal placements): a
     view handing a partial gradient on was a product of three variables whose weak relaxation

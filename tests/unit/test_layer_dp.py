@@ -309,6 +309,7 @@ def _mid_budgets(problem: ChainProblem) -> list[int]:
         ("1000x8 dense", lambda: _dense_chain(1000, 8, seed=3), 3.0),
     ],
 )
+@pytest.mark.timing
 def test_speed(name, make, limit_s):
     problem = make()
     worst = 0.0
@@ -328,6 +329,7 @@ def test_solution_record_is_frozen():
         sol.time_s = 0.0  # type: ignore[misc]
 
 
+@pytest.mark.timing
 def test_mem_resolution_caps_a_degenerate_frontier():
     """Jitter that scales a layer's time and memory together gives every layer the same trade-off
     slopes: the exact frontier then holds ~10^5 near-tied points (a subset-sum in disguise) and no

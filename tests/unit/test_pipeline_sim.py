@@ -210,6 +210,7 @@ def test_timeline_respects_dependencies():
     assert max(e.end_s for e in res.timeline) == res.step_time_s
 
 
+@pytest.mark.timing
 def test_speed():
     stages = _uniform(8, 1.0, 2.0, p2p_s=0.1, activation_bytes=1 << 20)
     simulate("1f1b", stages, 64)  # warm up

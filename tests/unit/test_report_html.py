@@ -195,6 +195,7 @@ def _png_pixels(data: bytes):
     return out.reshape(h, w, bpp)[:, :, :3]
 
 
+@pytest.mark.timing
 def test_the_page_renders_in_headless_chromium(pipelined, tmp_path):
     browser = _browser()
     if browser is None:

@@ -117,6 +117,7 @@ def test_init_from_a_save_pretrained_directory(tmp_path):
         init_from_hf(fresh, tmp_path / "hf")
 
 
+@pytest.mark.timing
 def test_a_bad_run_config_is_refused_before_torch_is_imported(tmp_path):
     import subprocess
     import sys

@@ -51,6 +51,7 @@ def test_names_are_sorted_and_complete():
     assert set(PUBLISHED) | set(TINY) == set(zoo.names())
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", sorted(PUBLISHED) + TINY)
 def test_meta_build_matches_analytic_count(name):
     t0 = time.perf_counter()
