@@ -57,7 +57,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from galvatron_fx.errors import PlanError
 from galvatron_fx.runtime.buckets import GradBucketer
-from galvatron_fx.runtime.layer_exec import LayerExecutor
+from galvatron_fx.runtime.layer_exec import Executors, LayerExecutor
 from galvatron_fx.runtime.powersgd import PowerSGD
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class DataParallelMixin:
     if TYPE_CHECKING:  # set or defined by the host ``ParallelModule``
         plan: ParallelPlan
         layer_ids: Sequence[int]
-        executors: nn.ModuleList  # of LayerExecutor
+        executors: Executors
         _tied: list[list[tuple[LayerExecutor, str]]]
         _bucketers: dict[tuple[int, int], GradBucketer]
         _dtensor_params: list  # (executor, key) of the parameters kept as DTensors
@@ -110,7 +110,7 @@ class DataParallelMixin:
         units; an offloaded unit keeps its shards on the host (``CPUOffloadPolicy``). Every unit then
         joins one FSDP root without parameters (:meth:`_fsdp_root`), so that they share FSDP's
         context: a gather is prefetched during the backward of the unit after it."""
-        layers = dict(zip(self.layer_ids, cast("list[LayerExecutor]", self.executors)))
+        layers = dict(zip(self.layer_ids, self.executors))
         dp_type = {i: str(self.plan.layers[i].strategy.dp_type) for i in self.layer_ids}
         offload = {i: self.plan.layers[i].strategy.offload for i in self.layer_ids}
         for i, ex in layers.items():

@@ -28,7 +28,7 @@ from those last copied), when the layer next reads it (:meth:`~LayerExecutor.loc
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -100,6 +100,7 @@ class LayerExecutor(nn.Module, PlacedLayer):
     """
 
     replicate_plain = False
+    fsdp = False  # an FSDP unit's layer (set by the parallel module)
 
     if TYPE_CHECKING:
         written_values: list[torch.Tensor]  # the new values of the inputs a lowered call wrote (see _Lowered)
@@ -308,3 +309,14 @@ class LayerExecutor(nn.Module, PlacedLayer):
         for k, p in self.params.items():
             if k not in self._local and p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
                 p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+
+
+class Executors(nn.ModuleList):
+    """The executors of a module's layers, in order: an ``nn.ModuleList`` typed as holding
+    :class:`LayerExecutor` s."""
+
+    def __iter__(self) -> Iterator[LayerExecutor]:
+        return cast("Iterator[LayerExecutor]", super().__iter__())
+
+    def __getitem__(self, idx):  # (an int: one executor; a slice: an Executors)
+        return super().__getitem__(idx)

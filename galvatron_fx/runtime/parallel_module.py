@@ -69,7 +69,7 @@ from galvatron_fx.runtime.data_parallel import DataParallelMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.hooks import Hooks
-from galvatron_fx.runtime.layer_exec import LayerExecutor
+from galvatron_fx.runtime.layer_exec import Executors, LayerExecutor
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.lowered import LocalValue, wait_in_flight
 from galvatron_fx.runtime.meshes import device_type
@@ -191,7 +191,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         self.layer_ids = list(range(len(mg.layers)) if layers is None else layers)
         self._ranks = tuple(plan.stage_ranks[plan.layers[self.layer_ids[0]].stage])
         self._meshes: dict[tuple[int, int], DeviceMesh] = dict(meshes or {})
-        self.executors = nn.ModuleList()
+        self.executors = Executors()
         self._ckpt = []
         self.hooks = Hooks()  # step, layer-call and sync hooks (a pipeline's chunks share the pipeline's)
         self._recorder = None  # the observer, once observed (runtime/observe.py)
@@ -333,7 +333,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
             full = full.to(self.compute_dtype)
         return full.contiguous()  # (the program was traced on contiguous inputs: a sliced one is copied)
 
-    def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor, **kwargs) -> torch.Tensor | dict[str, torch.Tensor]:
         """The mean loss of a batch as a plain tensor, the same on every rank: a batch of any size
         (the global batch runs as its ``num_microbatches`` micro-batches, one after another,
         every one's activations kept for backward; other sizes as :mod:`~galvatron_fx.runtime.shapes`
@@ -354,11 +354,11 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         mean, and backward through it leaves dp-``Partial`` grads whose sum (:meth:`sync_grads`)
         is the gradient of that mean.
         """
-        inputs, outputs = self._call_inputs(inputs, kwargs)
+        batch, outputs = self._call_inputs(inputs, kwargs)
         if outputs:
-            return self._with_outputs(inputs)
+            return self._with_outputs(batch)
         losses = []
-        for mb in self._micro_batches(inputs):
+        for mb in self._micro_batches(batch):
             loss = self._loss(mb)
             losses.append(loss.full_tensor() if isinstance(loss, DTensor) else loss)
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
@@ -375,9 +375,9 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         (``ModelGraph.extra_output_names``: a Hugging Face model's logits), each gathered whole on
         every rank, differentiably (the ``torch.compile`` backend hands them back to the user's
         code)."""
-        inputs = self.mg.bind_inputs(inputs)
-        self._check_inputs(inputs)
-        return tuple(self._gathered_outputs(inputs))
+        bound = self.mg.bind_inputs(inputs)
+        self._check_inputs(bound)
+        return tuple(self._gathered_outputs(bound))
 
     def _check_inputs(self, inputs: Sequence[torch.Tensor]) -> None:
         names, shapes = self.mg.input_names, [tuple(s) for s in self.mg.example_shapes]
@@ -488,7 +488,8 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
                               "with pm.forward_backward(batch) there, then step after the last one outside")
         micro = self._micro_batches(batch)  # the plan's m, or as many as a batch of another size needs
         m = len(micro)
-        total, carrier = None, None
+        total: torch.Tensor | None = None
+        carrier, layout = None, None
         for i, mb in enumerate(micro):
             # the loss's local tensor and its layout (no DTensor per step)
             local, layout = _local_and_layout(self._loss(mb, wrap=False))
@@ -507,10 +508,12 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
                         bucketer.arm(extra=total if bucketer is carrier else None)
             scale = self.scaler.scale if self.scaler is not None else 1.0
             (local * (scale / m)).backward()
+        assert total is not None  # (a step has a micro-batch or more)
         if not sync:
             return total.item() / m
         self.hooks.run_sync(self.sync_grads)
         if carrier is not None:
+            assert layout is not None and carrier.extra_sum is not None  # (a carrier sums a laid-out loss)
             mesh, (dp_p, _) = layout
             total = carrier.extra_sum / (mesh.size(0) if dp_p.reduce_op == "avg" else 1)
         ok = self.scaler is None or self.scaler.unscale(list(self.parameters()))
@@ -518,7 +521,7 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
         return total.item() / m
 
     # ---- state ------------------------------------------------------------------------------
-    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # type: ignore[override]  # (full tensors by FQN: no destination or prefix)
         """Full (unsharded) tensors keyed by the original model's FQNs (aliases included): every
         parameter and buffer of the user's model, the parameters no layer reads as they came."""
         out: dict[str, torch.Tensor] = {}

@@ -46,8 +46,9 @@ Algorithm:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -64,6 +65,7 @@ from galvatron_fx.runtime.adaptive import AdaptiveMixin
 from galvatron_fx.runtime.grad_norm import clip_grad_norm_
 from galvatron_fx.runtime.guard import StepGuard
 from galvatron_fx.runtime.hooks import Hooks
+from galvatron_fx.runtime.layer_exec import LayerExecutor
 from galvatron_fx.runtime.local_inputs import LocalInputs
 from galvatron_fx.runtime.meshes import device_type
 from galvatron_fx.runtime.meshes import owner as mesh_owner
@@ -94,17 +96,20 @@ def _stage_meshes(plan: ParallelPlan) -> tuple[int, dict[tuple[int, int], Device
                         "runs stage s on rank s of its pipeline group, whose ranks ascend): re-plan")
     rank = dist.get_rank()
     meshes: dict[tuple[int, int], DeviceMesh] = {}
-    pp_group = None
+    pp_group: dist.ProcessGroup | None = None
     for dp, tp in sorted({(lp.dp, lp.strategy.tp) for lp in plan.layers}):
         if dp * tp != k:
             raise PlanError(f"a layer's dp={dp} × tp={tp} does not cover a stage's {k} ranks: re-plan")
         meshes[(dp, tp)], group = mesh_owner().pipeline(plan.stage_ranks, dp, tp)  # (made once per process)
         pp_group = pp_group or group
+    assert pp_group is not None  # (a plan has layers)
     return next(s for s, ranks in enumerate(plan.stage_ranks) if rank in ranks), meshes, pp_group
 
 
 class _Chunk(nn.Module):
     """One pipeline chunk: local tensors in, local tensors out (see module doc)."""
+
+    body: ParallelModule
 
     def __init__(self, body: ParallelModule, in_names: list[str], out_names: list[str], layout: dict,
                  is_last: bool):
@@ -113,7 +118,7 @@ class _Chunk(nn.Module):
         self.in_names, self.out_names = in_names, out_names
         self.layout = layout  # value -> ((dp, tp) of its producer, canonical placements, shape)
         self.is_last = is_last
-        self.loss_spec = None  # (mesh, placements) of the loss, on the last chunk
+        self.loss_spec: tuple[DeviceMesh, tuple] | None = None  # (mesh, placements) of the loss, on the last chunk
         self.collect: list | None = None  # the last chunk under outputs=True: each micro-batch's other outputs
         grads = requires_grad_values(body.mg)
         self.constant = {n for n in in_names if n not in grads}  # inputs that need no gradient
@@ -136,6 +141,7 @@ class _Chunk(nn.Module):
         extra = list(self.body.mg.extra_output_names) if self.is_last and self.collect is not None else []
         values = self.body.run_layers(env, self.out_names + extra)
         if extra:  # pm(batch, outputs=True): the model's other outputs, whole, beside the schedule's loss
+            assert self.collect is not None  # (extra only when collecting)
             self.collect.append([v.full_tensor().detach() if isinstance(v, DTensor) else v.detach()
                                  for v in values[len(self.out_names):]])
             values = values[: len(self.out_names)]
@@ -164,8 +170,20 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+class _Chunks(nn.ModuleList):
+    """This stage's chunks, in order: an ``nn.ModuleList`` typed as holding :class:`_Chunk` s."""
+
+    def __iter__(self) -> Iterator[_Chunk]:
+        return cast("Iterator[_Chunk]", super().__iter__())
+
+    def __getitem__(self, idx):  # (an int: one chunk; a slice: a _Chunks)
+        return super().__getitem__(idx)
+
+
 class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineShapes, nn.Module):
     """The pipelined plan on this rank (see module doc)."""
+
+    chunks: _Chunks
 
     def __init__(self, model: nn.Module, mg: ModelGraph, plan: ParallelPlan, *, resolve=None, dump_dir=None):
         super().__init__()
@@ -182,7 +200,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         crossing = self._crossing(bounds)
         layout = self._layout()
         self.__dict__["_base_layout"] = layout  # (the chunks' at the planned shape: runtime/pipeline_shapes)
-        self.chunks = nn.ModuleList()
+        self.chunks = _Chunks()
         self.scaler = LossScaler() if plan.precision == "fp16" else None
         self.guard = StepGuard()
         self.hooks = Hooks()  # step, layer-call and sync hooks; the chunks' bodies share them
@@ -209,7 +227,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
             last = c == len(chunks) - 1
             outs = list(mg.output_names) if last else crossing[c + 1]
             self.chunks.append(_Chunk(body, crossing[c], outs, layout, last))
-        self._last = self.chunks[-1] if self.stage == (len(chunks) - 1) % pp else None
+        self._last: _Chunk | None = cast(_Chunk, self.chunks[-1]) if self.stage == (len(chunks) - 1) % pp else None
         self._first = self.stage == 0
         self.schedule = self._make_schedule(mg, m)
         self._cross_tied = self._cross_chunk_ties()
@@ -343,7 +361,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
                 out[n] = ((lp.dp, lp.strategy.tp), (Shard(0) if batch else R, R), tuple(val.shape))
         return out
 
-    def _cross_chunk_ties(self) -> list[tuple[str, tuple[int, ...], list[tuple]]]:
+    def _cross_chunk_ties(self) -> list[tuple[str, tuple[int, ...], list[list[tuple[LayerExecutor, str]]]]]:
         """Weights read by layers of several chunks: (fqn, shape, this rank's copies)."""
         chunk_of = {i: c for c, r in enumerate(self.plan.chunk_layers()) for i in r}
         index = {layer.name: i for i, layer in enumerate(self.mg.layers)}
@@ -359,7 +377,7 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         return out
 
     # ---- training ---------------------------------------------------------------------------
-    def forward(self, *inputs, **kwargs) -> torch.Tensor:
+    def forward(self, *inputs, **kwargs) -> torch.Tensor | dict[str, torch.Tensor]:
         """Evaluation, under ``torch.no_grad()``: the mean loss of a batch (the global batch, or
         one of another size or a shorter sequence; each rank's share with ``inputs="local"``)
         through the schedule's forward only, on every rank. With gradients on it is refused: a pipeline's
@@ -370,8 +388,8 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
                             "yourself) or pm.train_step(batch, optimizer); or plan without pipeline stages "
                             "(search={'pp': (1,)}) to keep a loss.backward() loop. Under torch.no_grad(), "
                             "pm(batch) evaluates the batch's loss")
-        args, outputs = self._call_inputs(inputs, kwargs)
-        args = tuple(args)
+        batch, outputs = self._call_inputs(inputs, kwargs)
+        args = tuple(batch)
         schedule, m = self._schedule_for(args)  # (every rank: each was given the batch)
         args = args if self._first else ()
         losses: list[torch.Tensor] = []
@@ -400,8 +418,10 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
                 batched = all(v.ndim >= 1 for v in vs) and (name in self.mg.batched if self.mg.batched else True)
                 joined[k] = vs[0] if len(vs) == 1 else torch.cat(vs) if batched else \
                     torch.stack([v.float() for v in vs]).mean(0).to(vs[0].dtype)
-        meta = [[(tuple(v.shape), v.dtype) for v in joined] if dist.get_rank() == src else None]
+        meta: list[list[tuple[tuple, torch.dtype]] | None] = \
+            [[(tuple(v.shape), v.dtype) for v in joined] if dist.get_rank() == src else None]
         dist.broadcast_object_list(meta, src=src)
+        assert meta[0] is not None  # (broadcast from src)
         out = {self.mg.output_keys.get(n, n): loss for n in self.mg.output_names}
         for k, (name, (shape, dtype)) in enumerate(zip(names, meta[0])):
             t = joined[k].contiguous() if dist.get_rank() == src else torch.empty(shape, dtype=dtype, device=self.device)
@@ -498,17 +518,17 @@ class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineS
         return value.item()
 
     # ---- state ------------------------------------------------------------------------------
-    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # type: ignore[override]  # (full tensors by FQN: no destination or prefix)
         """Full tensors keyed by the user's FQNs, gathered from every stage (on every rank)."""
         mine: dict[str, torch.Tensor] = {}
         for ch in self.chunks:
             for fqn, t in ch.body.state_dict().items():
                 mine.setdefault(fqn, t)
-        parts: list[dict] = [None] * dist.get_world_size(self.pp_group)
+        parts: list[dict | None] = [None] * dist.get_world_size(self.pp_group)
         dist.all_gather_object(parts, mine, group=self.pp_group)
         out: dict[str, torch.Tensor] = {}
         for part in parts:
-            for fqn, t in part.items():
+            for fqn, t in (part or {}).items():  # (every part was gathered)
                 out.setdefault(fqn, t)
         return out
 

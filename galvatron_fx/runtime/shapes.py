@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from galvatron_fx.ir.graph import ModelGraph
     from galvatron_fx.ir.plan import ParallelPlan
-    from galvatron_fx.runtime.layer_exec import LayerExecutor
+    from galvatron_fx.runtime.layer_exec import Executors, LayerExecutor
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class ShapeVariants(BatchShapes):
 
     if TYPE_CHECKING:  # set or defined by the host module, or set by :meth:`_init_shapes`
         layer_ids: Sequence[int]
-        executors: nn.ModuleList
+        executors: Executors
         _resolve: Callable | None
         _base_state: dict[int, dict] | None
         _active: tuple | None
