@@ -29,8 +29,8 @@ LINTED := galvatron_fx tests tests/dist benchmarks examples
 # leave the cores idle a fifth of the time (ranks waiting on each other, processes starting). The
 # unit tests run beside them in the idle scheduling class (chrt --idle; nice where there is none):
 # they get only the cycles no spawned test wants, and a rank that wakes takes its core back at once.
-# Their output is shown when the spawned tests are done. Last, alone, the unit tests that check
-# wall-clock time or measure this machine (marked `timing`).
+# Their output is shown when the spawned tests are done. Last, alone, the tests marked `timing`
+# (they check wall-clock time, or measure this machine and check what they measured).
 IDLE := $(shell command -v chrt >/dev/null 2>&1 && echo chrt --idle 0 || echo nice -n 19)
 UNIT_LOG := $(VENV)/unit-tests.log
 
@@ -39,11 +39,12 @@ test: venv
 	$(VENV)/bin/mypy
 	@rm -f $(UNIT_LOG) $(UNIT_LOG).rc
 	@( $(IDLE) $(VPY) -m pytest -q -ra -n 2 -m "not timing" tests/unit >$(UNIT_LOG) 2>&1; echo $$? >$(UNIT_LOG).rc ) & \
-	$(VPY) -m pytest -q -ra tests/dist; dist=$$?; \
+	$(VPY) -m pytest -q -ra -m "not timing" tests/dist; dist=$$?; \
 	wait; echo "--- unit tests (run beside the spawned ones):"; cat $(UNIT_LOG); unit=$$(cat $(UNIT_LOG).rc); \
-	echo "--- unit tests that time themselves, alone:"; \
-	$(VPY) -m pytest -q -ra -n auto -m timing tests/unit; timing=$$?; \
-	test $$dist -eq 0 && test $$unit -eq 0 && test $$timing -eq 0
+	echo "--- tests that time themselves, alone:"; \
+	$(VPY) -m pytest -q -ra -m timing tests/dist; timing=$$?; \
+	$(VPY) -m pytest -q -ra -n auto -m timing tests/unit; timing_unit=$$?; \
+	test $$dist -eq 0 && test $$unit -eq 0 && test $$timing -eq 0 && test $$timing_unit -eq 0
 
 test-fast: venv
 	$(VENV)/bin/ruff check $(LINTED)

@@ -29,6 +29,10 @@ from harness import assert_ok, init_gloo, run_jobs, spawn
 
 from galvatron_fx.runtime.observe import LINK_PROBE_BYTES
 
+# this module refits step and link times from what it measures, and checks their predictions:
+# `make test` runs it alone, not beside the unit tests
+pytestmark = pytest.mark.timing
+
 LOSS_TOL = 2e-5  # |loss − one process's|, fp32 (sums in another order)
 SLOW = 100.0
 BATCHES = 3

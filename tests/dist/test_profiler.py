@@ -17,6 +17,10 @@ from galvatron_fx.cluster.host import local_fingerprint
 from galvatron_fx.cost_models.communication import CommModel
 from galvatron_fx.profiler.hardware_profile import load_profile
 
+# this module checks the fitted link model against the all-reduces it timed:
+# `make test` runs it alone, not beside the unit tests
+pytestmark = pytest.mark.timing
+
 WORLD = 2
 
 

@@ -19,6 +19,10 @@ import hf_tiny
 import pytest
 from harness import assert_ok, init_gloo, run_jobs, spawn
 
+# this module compares the measured step times of two plans:
+# `make test` runs it alone, not beside the unit tests
+pytestmark = pytest.mark.timing
+
 STRETCH = 4.0
 WORLD = 4
 LAYERS = 6
