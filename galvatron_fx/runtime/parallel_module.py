@@ -132,6 +132,14 @@ class _Executor(LayerExecutor):
         return p
 
 
+def _named_on_one_dp_rank(v: DTensor, dp_p: Placement) -> DTensor:
+    """``v``, whose mesh has one dp rank, named ``dp_p`` (``Shard(0)`` or ``Replicate``) on dp
+    as the program reading it was traced: on one rank both name the whole tensor, so this is no
+    copy and no collective (the gradient is named back as ``v``'s)."""
+    return DTensor.from_local(v.to_local(grad_placements=v.placements), v.device_mesh, (dp_p, *v.placements[1:]),
+                              run_check=False, shape=v.shape, stride=v.stride())
+
+
 def _local_and_layout(v) -> tuple[torch.Tensor, tuple[DeviceMesh, tuple] | None]:
     """A layer output as its local tensor and ``(mesh, placements)`` (None for a plain tensor)."""
     if isinstance(v, LocalValue):
@@ -302,6 +310,9 @@ class ParallelModule(WeightsOut, AdaptiveMixin, DataParallelMixin, LocalInputs, 
                 if isinstance(dp_p, Replicate) and mesh.size(0) > 1 and v.ndim >= 1 and \
                         v.shape[0] % mesh.size(0) == 0 and (name in self.mg.batched or split):
                     dp_p = Shard(0)
+                if want is not None and want[0][0] != dp_p and mesh.size(0) == 1 and v.device_mesh.size(0) == 1 \
+                        and {want[0][0], dp_p} <= {Shard(0), R} and v.ndim >= 1:
+                    v, dp_p = _named_on_one_dp_rank(v, want[0][0]), want[0][0]
                 return reshard(v, mesh, (dp_p, tp_p))
             full = v
         elif name in self._is_buffer:

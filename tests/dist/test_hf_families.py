@@ -325,7 +325,10 @@ def results4(tmp_path_factory):
 
 @pytest.mark.parametrize("family,spec", [(f, s) for f, specs in CASES2.items() for s in specs])
 def test_family_trains_like_one_process(results2, family, spec):
-    _check(assert_ok(results2, f"{family}/{spec}"))
+    r = assert_ok(results2, f"{family}/{spec}")
+    _check(r)
+    if "runs_program" in r:  # the executors ran the lowered program, not a trace of their own
+        assert r["runs_program"] and all(r["runs_program"]), (family, spec, r["runs_program"])
 
 
 @pytest.mark.parametrize("family", COMPILED2)

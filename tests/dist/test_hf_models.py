@@ -230,6 +230,17 @@ def _module(family: str, spec: str, world: int, cache: dict):
     return model, mg, plan, ParallelModule(copy.deepcopy(model), mg, plan)
 
 
+def _runs_program(pm) -> list[bool]:
+    """Per layer whose lowered graphs are in simple form, whether its executor still runs them
+    after training (a call in other input layouts or dtypes than the program's traces instead)."""
+    out = []
+    for body in [c.body for c in pm.chunks] if hasattr(pm, "chunks") else [pm]:
+        simple = {lay.name: lay.graphs.simple for lay in body.program.layers}
+        out += [ex.lowered is not None and ex.lowered.program is not None
+                for ex, name in zip(body.executors, body._layer_names) if simple[name]]
+    return out
+
+
 def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     import torch
 
@@ -248,10 +259,7 @@ def _plan_case(family: str, spec: str, world: int, cache: dict) -> dict:
     model, mg, plan, pm = _module(family, spec, world, cache)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
     res = _train(model, lambda b: pm.train_step(b, opt), _batches(family, 4), micro=plan.num_microbatches)
-    chunks = [pm] if pp == 1 else [c.body for c in pm.chunks]
-    # every lowered executor runs the program lowered before the first step (no trace of its own)
-    res["runs_program"] = [ex.lowered.program is not None for body in chunks for ex in body.executors
-                           if ex.lowered is not None]
+    res["runs_program"] = _runs_program(pm)
     if spec == "dp2":  # the dp layout each block's lowered graph took its boolean inputs (masks) in
         res["mask_dp"] = sorted({str(pl[0]) for ex in pm.executors[1:-2] if ex.lowered is not None
                                  for (pl, _sh, _st), (ph, _) in zip(ex.lowered.in_specs, ex._inputs)
@@ -275,7 +283,8 @@ def _loop_case(family: str, spec: str, world: int, cache: dict) -> dict:
 
     model, _mg, plan, pm = _module(family, spec, world, cache)
     batches = [hf_tiny.batch(family, 4, seed=20 + i) for i in range(5)]
-    return compare_user_loop(model, pm, batches, plan.num_microbatches, micro_losses=micro_losses)
+    res = compare_user_loop(model, pm, batches, plan.num_microbatches, micro_losses=micro_losses)
+    return res | {"runs_program": _runs_program(pm)}
 
 
 def _ddp_case(family: str, spec: str, world: int, cache: dict) -> dict:
@@ -627,6 +636,7 @@ def test_hf_models_train_in_the_loop_their_user_owns(request, world, family, spe
     clipped."""
     r = assert_ok(request.getfixturevalue(f"results{world}"), f"{family}/loop-{spec}")
     _check(r)
+    assert r["runs_program"] and all(r["runs_program"]), r["runs_program"]  # (a batch of the planned shape)
     assert max(r["norm_rel"]) < LOSS_RTOL, r
     assert min(r["ref_norms"]) > MAX_NORM, r
 
