@@ -317,6 +317,3 @@ class Executors(nn.ModuleList):
 
     def __iter__(self) -> Iterator[LayerExecutor]:
         return cast("Iterator[LayerExecutor]", super().__iter__())
-
-    def __getitem__(self, idx):  # (an int: one executor; a slice: an Executors)
-        return super().__getitem__(idx)

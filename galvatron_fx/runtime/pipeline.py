@@ -176,9 +176,6 @@ class _Chunks(nn.ModuleList):
     def __iter__(self) -> Iterator[_Chunk]:
         return cast("Iterator[_Chunk]", super().__iter__())
 
-    def __getitem__(self, idx):  # (an int: one chunk; a slice: a _Chunks)
-        return super().__getitem__(idx)
-
 
 class PipelineModule(WeightsOut, AdaptiveMixin, LocalInputs, UserLoop, PipelineShapes, nn.Module):
     """The pipelined plan on this rank (see module doc)."""

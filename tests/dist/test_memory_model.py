@@ -47,14 +47,14 @@ def _bytes(snapshot: dict, *kinds: str) -> int:
     return sum(v for k, v in dev.items() if getattr(k, "value", k) in kinds)
 
 
-def _settled(tracker, dp_type: str) -> dict:
+def _settled(tracker) -> dict:
     """The tracker's snapshot once the all-gathers' buffers are gone (at most 2 s): gloo's worker
     thread drops its reference to a finished collective's output a moment after ``wait()``
     returns, so that one block's gathered buffer was now and then still counted beside the
     unsharded parameters it was copied into (one block's bytes over, now and then, under load)."""
     snap = tracker.get_tracker_snapshot()
     deadline = time.monotonic() + 2.0
-    while dp_type != "ddp" and _bytes(snap, "All Gather") and time.monotonic() < deadline:
+    while _bytes(snap, "All Gather") and time.monotonic() < deadline:
         gc.collect()
         time.sleep(0.01)
         snap = tracker.get_tracker_snapshot()
@@ -101,7 +101,7 @@ def _measure(name: str, dp_type: str, recompute: str, rank: int) -> dict:
         before_fw, after_fw = _FSDPModState.BEF_PRE_FW, _FSDPModState.AFT_POST_FW
     with tracker:
         loss = root(*local)
-        end_fw = _settled(tracker, dp_type)
+        end_fw = _settled(tracker)
         loss.backward()
         opt.step()
         if dp_type == "ddp":

@@ -324,6 +324,7 @@ def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory, monkeyp
     to the end (partitioned, compiled, run forward and backward on fake tensors) gives the same
     ops, and its outputs require grad where the lowering read it off the joint's tangents."""
     import torch
+    from functorch.compile import aot_function, make_boxed_func
     from torch._functorch.partitioners import default_partition
 
     from galvatron_fx.passes import trace_layer
@@ -357,10 +358,8 @@ def test_the_partition_is_aotautograds_own(tiny, a100, tmp_path_factory, monkeyp
             raise trace_layer._JointTraced  # (as the lowering's callback would have)
         return call
 
-    from functorch.compile import aot_function, make_boxed_func
-
+    plan = _plan(tiny, a100, "tp+megatron")  # (before the patch: the search may lower layers itself)
     monkeypatch.setattr(trace_layer, "aot_function", to_the_end)
-    plan = _plan(tiny, a100, "tp+megatron")
     prog = lower(tiny, plan, dump_dir=tmp_path_factory.mktemp("aot_own"))
     assert len(aot) == len(prog.layer_graphs)
     for lg in prog.layer_graphs.values():
